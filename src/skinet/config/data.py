@@ -1,0 +1,63 @@
+"""``DATA_CONFIG``: where the images are, how they are split, sized and normalised."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from skinet.config.base import Section
+
+DatasetName = Literal["synthetic", "isic2017", "isic2018", "ph2", "folder"]
+
+# Per-channel mean/std (RGB, on [0, 1]) of the ISIC 2017 training images.
+ISIC2017_MEAN = (0.7080, 0.5821, 0.5357)
+ISIC2017_STD = (0.0976, 0.1134, 0.1273)
+
+
+class DataConfig(Section):
+    """Dataset selection, data roots, splitting, resizing and normalisation."""
+
+    dataset: DatasetName = "isic2017"
+    """Layout reader: ``isic2017``, ``isic2018``, ``ph2``, ``folder`` or ``synthetic``."""
+    data_dir: str | None = None
+    """Dataset folder; relative paths are resolved against the data roots below."""
+    azure_blob_mount_point: str | None = None
+    """Mounted blob storage searched first for ``data_dir`` (e.g. ``/mnt/data/``)."""
+    local_data_root: str | None = None
+    """Local folder searched after the mount point for ``data_dir``."""
+    image_size: int = Field(256, gt=0)
+    """Images and masks are resized once to ``image_size x image_size``."""
+    split_random_seed: int = 42
+    """Seed of the train/val/test split for layouts without an official split."""
+    val_fraction: float = Field(0.15, ge=0.0, lt=1.0)
+    """Validation share when the dataset has no official split."""
+    test_fraction: float = Field(0.15, ge=0.0, lt=1.0)
+    """Test share when the dataset has no official split."""
+    mask_suffix: str = "_segmentation"
+    """Mask file stem suffix of the ``folder`` layout (``X.jpg`` pairs with ``X<suffix>.png``)."""
+    normalization_mode: Literal["standard", "image_per_channel"] = "standard"
+    """``standard`` uses ``mean``/``std``; ``image_per_channel`` standardises each image."""
+    mean: tuple[float, float, float] = ISIC2017_MEAN
+    """Per-channel mean on [0, 1] for ``standard`` normalisation."""
+    std: tuple[float, float, float] = ISIC2017_STD
+    """Per-channel standard deviation on [0, 1] for ``standard`` normalisation."""
+    synthetic_num_train: int = Field(160, gt=0)
+    """Synthetic training images generated when ``dataset: synthetic``."""
+    synthetic_num_val: int = Field(32, gt=0)
+    """Synthetic validation images."""
+    synthetic_num_test: int = Field(32, gt=0)
+    """Synthetic test images."""
+    synthetic_image_size: int = Field(256, gt=0)
+    """Side of generated synthetic images (before resizing to ``image_size``)."""
+    max_samples_per_split: int | None = Field(None, gt=0)
+    """Use only the first N samples of each split (quick experiments)."""
+
+    @model_validator(mode="after")
+    def _check_fractions(self) -> DataConfig:
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ValueError(
+                f"val_fraction + test_fraction must be < 1 "
+                f"(got {self.val_fraction} + {self.test_fraction})"
+            )
+        return self

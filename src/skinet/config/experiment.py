@@ -1,0 +1,152 @@
+"""``ExperimentConfig``: the whole YAML file, cross-section rules and loading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from skinet.config.data import DataConfig
+from skinet.config.model import UNet2DModelConfig
+from skinet.config.sweep import SweepConfig
+from skinet.config.train import TrainConfig
+from skinet.config.transform import TransformConfig
+
+# YAML section name -> field of ExperimentConfig. Keys are matched case-insensitively with
+# underscores removed, so ``TRAIN_CONFIG``, ``trainconfig`` and ``train_config`` all work.
+SECTIONS = {
+    "TRAIN_CONFIG": "train",
+    "MODEL_CONFIG": "model",
+    "DATA_CONFIG": "data",
+    "TRANSFORM_CONFIG": "transform",
+    "SWEEP_CONFIG": "sweep",
+}
+_SECTION_BY_KEY = {name.replace("_", "").lower(): name for name in SECTIONS}
+
+
+class ConfigError(ValueError):
+    """A config file could not be read or did not validate; the message names the YAML path."""
+
+
+class ExperimentConfig(BaseModel):
+    """Every section of a SkiNet YAML file."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    train: TrainConfig = Field(default_factory=TrainConfig, alias="TRAIN_CONFIG")
+    """Trainer, optimisation, callbacks and tracking."""
+    model: UNet2DModelConfig = Field(default_factory=UNet2DModelConfig, alias="MODEL_CONFIG")
+    """Network architecture."""
+    data: DataConfig = Field(default_factory=DataConfig, alias="DATA_CONFIG")
+    """Dataset, splits and normalisation."""
+    transform: TransformConfig = Field(default_factory=TransformConfig, alias="TRANSFORM_CONFIG")
+    """Augmentation pipeline."""
+    sweep: SweepConfig = Field(default_factory=SweepConfig, alias="SWEEP_CONFIG")
+    """Optuna grid and the monitored metric."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise_section_names(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        out: dict[str, Any] = {}
+        for key, value in raw.items():
+            canonical = _SECTION_BY_KEY.get(str(key).replace("_", "").lower())
+            if canonical is None and key in SECTIONS.values():
+                canonical = next(k for k, v in SECTIONS.items() if v == key)
+            name = canonical or key
+            if name in out:
+                raise ValueError(f"section {name} is given twice (as {key!r} and another spelling)")
+            out[name] = value
+        return out
+
+    @model_validator(mode="after")
+    def _propagate_monitor(self) -> ExperimentConfig:
+        monitor, mode = self.sweep.monitor, self.sweep.mode
+        sections = {
+            "early_stopping_config": self.train.early_stopping_config,
+            "checkpoint_config": self.train.checkpoint_config,
+            "lr_scheduler_config": self.train.lr_scheduler_config,
+        }
+        for name, section in sections.items():
+            if section.monitor is not None and section.monitor != monitor:
+                raise ValueError(
+                    f"TRAIN_CONFIG.{name}.monitor is {section.monitor!r} but SWEEP_CONFIG.monitor "
+                    f"is {monitor!r}; remove 'monitor' from {name} (it is propagated from "
+                    "SWEEP_CONFIG.monitor)"
+                )
+            section._derive("monitor", monitor)
+            section._derive("mode", mode)
+        return self
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data with the YAML section names."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def _format_error(error: ValidationError, section_names: dict[str, str]) -> str:
+    lines = []
+    for item in error.errors():
+        loc = [str(p) for p in item["loc"]]
+        if loc and loc[0] in section_names:
+            loc[0] = section_names[loc[0]]
+        path = ".".join(loc)
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling against the docs)"
+        line = f"{path}: {message}" if path else message
+        if item["type"] != "missing" and "input" in item and not isinstance(item["input"], dict):
+            line += f" (got {item['input']!r})"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def parse_config(raw: dict[str, Any] | None, source: str = "<config>") -> ExperimentConfig:
+    """Validate a config given as plain data, raising :class:`ConfigError` with YAML paths."""
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: top level must be a mapping of sections, got {type(raw).__name__}")
+    written = {
+        _SECTION_BY_KEY.get(str(k).replace("_", "").lower(), str(k)): str(k) for k in raw
+    }
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid config {source}:\n{_format_error(exc, written)}") from None
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Read a YAML file (``yaml.safe_load``) into an :class:`ExperimentConfig`.
+
+    Args:
+        path: The YAML file.
+        overrides: Dotted keys replacing values of the file, e.g.
+            ``{"TRAIN_CONFIG.max_epochs": 3}``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    for dotted, value in (overrides or {}).items():
+        apply_override(raw, dotted, value)
+    return parse_config(raw, str(path))
+
+
+def apply_override(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``raw[a][b][c] = value`` for ``dotted = "a.b.c"``, creating mappings as needed."""
+    keys = dotted.split(".")
+    node = raw
+    for key in keys[:-1]:
+        match = next((k for k in node if _same_section(k, key)), key)
+        node = node.setdefault(match, {})
+    node[keys[-1]] = value
+
+
+def _same_section(a: Any, b: str) -> bool:
+    norm = lambda s: str(s).replace("_", "").lower()  # noqa: E731
+    return norm(a) == norm(b)

@@ -1,0 +1,39 @@
+"""``MODEL_CONFIG``: the UNet2D architecture."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from skinet.config.base import Section
+
+EncoderResidualMode = Literal["classical", "local_refinement", "he2", "se"]
+MergeResidualMode = Literal["classical", "local_refinement", "he1", "he2", "attention_gate"]
+
+
+class UNet2DModelConfig(Section):
+    """Hyperparameters of :class:`skinet.models.UNet2D`."""
+
+    in_channels: int = Field(3, gt=0)
+    """Input image channels."""
+    out_channels_layer1: int = Field(16, gt=0)
+    """Output channels of the first encoder layer; channels double per layer."""
+    number_of_layers: int = Field(5, ge=2)
+    """Encoder layers; the decoder has ``number_of_layers - 1`` merge stages plus a final conv."""
+    num_output_classes: int = Field(1, gt=0)
+    """Output channels (1 for binary segmentation)."""
+    kernel: int = Field(3, gt=0)
+    """Convolution kernel size (odd)."""
+    stride: int = Field(2, ge=2)
+    """Downsampling stride in the encoder; upsampling factor in the decoder."""
+    encoder_residual_mode: EncoderResidualMode = "he2"
+    """Residual block type for encoder layers."""
+    merge_residual_mode: MergeResidualMode = "he2"
+    """Residual block type for decoder merge layers."""
+    se_reduction: int = Field(16, gt=0)
+    """Channel reduction of squeeze-and-excitation blocks (``encoder_residual_mode: se``)."""
+    validate_forward: bool = True
+    """Check structurally that each decoder stage receives the skip it expects."""
+    debug_forward: bool = False
+    """Warn about near-zero skip activations (costly; keep off in production)."""

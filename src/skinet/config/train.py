@@ -1,0 +1,238 @@
+"""``TRAIN_CONFIG``: the trainer, optimisation, callbacks and tracking."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from skinet.config.base import Section
+
+Accelerator = Literal["auto", "cpu", "gpu", "cuda", "mps"]
+Precision = Literal[
+    "32-true", "32", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true", "transformer-engine"
+]
+
+
+class EarlyStoppingConfig(Section):
+    """Lightning ``EarlyStopping`` on the propagated ``SWEEP_CONFIG.monitor``."""
+
+    monitor: str | None = None
+    """Set from ``SWEEP_CONFIG.monitor``; do not set it here."""
+    patience: int = Field(5, ge=0)
+    """Validation epochs without improvement before stopping."""
+    min_delta: float = Field(0.0, ge=0.0)
+    """Smallest change that counts as an improvement."""
+    mode: Literal["max", "min"] = "max"
+    """Set from ``SWEEP_CONFIG.direction``."""
+
+
+class CheckpointConfig(Section):
+    """Lightning ``ModelCheckpoint`` on the propagated ``SWEEP_CONFIG.monitor``."""
+
+    monitor: str | None = None
+    """Set from ``SWEEP_CONFIG.monitor``; do not set it here."""
+    mode: Literal["max", "min"] = "max"
+    """Set from ``SWEEP_CONFIG.direction``."""
+    save_top_k: int = Field(1, ge=-1)
+    """How many best checkpoints to keep (-1 keeps all)."""
+    save_last: bool = True
+    """Also write ``last.ckpt`` every epoch, for ``--resume last``."""
+    filename: str = "best-{epoch:03d}"
+    """File name pattern of the best checkpoints."""
+
+
+class LRSchedulerConfig(Section):
+    """``ReduceLROnPlateau`` settings (``scheduler_type: reduce_on_plateau``)."""
+
+    monitor: str | None = None
+    """Set from ``SWEEP_CONFIG.monitor``; do not set it here."""
+    mode: Literal["max", "min"] = "max"
+    """Set from ``SWEEP_CONFIG.direction``."""
+    patience: int = Field(5, ge=0)
+    """Epochs without improvement before the LR is reduced."""
+    factor: float = Field(0.5, gt=0.0, lt=1.0)
+    """Multiplier applied to the LR on a plateau."""
+    min_lr: float = Field(0.0, ge=0.0)
+    """Lower bound on the LR."""
+
+
+class CosineAnnealingConfig(Section):
+    """``CosineAnnealingLR`` settings (``scheduler_type: cosine_annealing``)."""
+
+    T_max: int | None = Field(None, gt=0)
+    """Period in epochs; ``None`` becomes ``max_epochs``."""
+    eta_min: float = Field(1e-6, ge=0.0)
+    """Minimum LR at the end of each cycle."""
+
+
+class MLflowConfig(Section):
+    """MLflow tracking: where runs go and how they are named."""
+
+    tracking_uri: str | None = None
+    """``sqlite:///path.db``, ``http://host:port`` or ``postgresql://...``; ``None`` uses
+    ``sqlite:///<output_dir>/mlflow.db`` with artifacts in ``<output_dir>/mlartifacts``."""
+    experiment_name: str | None = None
+    """MLflow experiment; ``None`` uses ``TRAIN_CONFIG.experiment_name``."""
+    run_name: str | None = None
+    """Run name; ``None`` gives ``{experiment_name}_seed{seed}_{timestamp}``."""
+    artifact_location: str | None = None
+    """Artifact root for a new experiment on an SQLite or database store."""
+    log_model_summary: bool = True
+    """Log the model summary at fit start."""
+    log_checkpoint: bool = True
+    """Log the best checkpoint as an artifact at fit end."""
+
+
+class LitLoggerConfig(Section):
+    """Lightning Studio's ``LitLogger`` (optional dependency ``litlogger``)."""
+
+    name: str | None = None
+    """Experiment name shown in Lightning Studio; ``None`` uses the run name."""
+    teamspace: str | None = None
+    """Teamspace to log to; ``None`` uses the current one."""
+    log_model: bool = False
+    """Upload checkpoints to Lightning Studio."""
+
+
+class TrainConfig(Section):
+    """Trainer, optimisation, callbacks and tracking settings."""
+
+    experiment_name: str = "skinet"
+    """Names the MLflow experiment, runs and sweeps."""
+    output_dir: str = "runs"
+    """Folder for run directories, checkpoints, plots and the default MLflow store."""
+    batch_size: int = Field(8, gt=0)
+    """Samples per training batch."""
+    num_workers: int | None = Field(None, ge=0)
+    """DataLoader workers; ``None`` = CPU count divided among DDP processes."""
+    pin_memory: bool | None = None
+    """``None`` = ``True`` on GPU, ``False`` on CPU/MPS."""
+    prefetch_factor: int | None = Field(None, gt=0)
+    """Batches pre-loaded per worker; ignored when ``num_workers`` is 0."""
+    cache_in_ram: bool = True
+    """Decode and resize the dataset once and keep it in RAM."""
+    use_torch_compile: bool = False
+    """Wrap the model with ``torch.compile``."""
+    torch_compile_backend: str = "inductor"
+    """``torch.compile`` backend (``inductor``, ``eager``, ...)."""
+    channels_last: bool = False
+    """Use the ``channels_last`` memory format (faster for batch-norm nets on CPU and GPU)."""
+    loss_name: Literal["BCE", "DICE", "BCE_DICE"] = "BCE_DICE"
+    """Loss on raw logits; ``BCE_DICE`` weighs both 0.5/0.5."""
+    optimizer_name: Literal["adam", "adamw"] = "adamw"
+    """Optimizer."""
+    lr: float = Field(1e-4, gt=0.0)
+    """Base learning rate."""
+    weight_decay: float = Field(1e-4, ge=0.0)
+    """L2 regularisation strength."""
+    optimal_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    """``None`` sweeps 51 thresholds each validation epoch; a float fixes the threshold."""
+    max_epochs: int = Field(1, gt=0)
+    """Maximum training epochs."""
+    accelerator: Accelerator = "auto"
+    """``auto`` resolves to ``gpu``, ``mps`` or ``cpu``."""
+    devices: int | str = "auto"
+    """Devices per node (an int, ``"auto"`` or a list spec such as ``"0,1"``)."""
+    num_nodes: int = Field(1, gt=0)
+    """Machines in a multi-node run."""
+    strategy: str = "auto"
+    """Lightning strategy: ``auto``, ``ddp``, ``ddp_spawn``, ..."""
+    precision: Precision | None = None
+    """``None`` = ``16-mixed`` on GPU/MPS, ``32-true`` on CPU."""
+    deterministic: bool = True
+    """Deterministic algorithms (``warn`` on MPS)."""
+    seed: int = 42
+    """Global seed for ``L.seed_everything``."""
+    use_lr_scheduler: bool = True
+    """Enable the LR scheduler."""
+    scheduler_type: Literal["reduce_on_plateau", "cosine_annealing"] = "reduce_on_plateau"
+    """LR scheduler."""
+    lr_scheduler_config: LRSchedulerConfig = Field(default_factory=LRSchedulerConfig)
+    """``ReduceLROnPlateau`` settings."""
+    cosine_annealing_config: CosineAnnealingConfig = Field(default_factory=CosineAnnealingConfig)
+    """``CosineAnnealingLR`` settings."""
+    use_early_stopping: bool = True
+    """Enable ``EarlyStopping``."""
+    early_stopping_config: EarlyStoppingConfig = Field(default_factory=EarlyStoppingConfig)
+    """Early stopping settings."""
+    use_checkpoint: bool = True
+    """Enable ``ModelCheckpoint``."""
+    checkpoint_config: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    """Checkpoint settings."""
+    use_mlflow_logger: bool = True
+    """Log to MLflow."""
+    mlflow_config: MLflowConfig = Field(default_factory=MLflowConfig)
+    """MLflow settings."""
+    use_litlogger_logger: bool = False
+    """Also log to Lightning Studio's ``LitLogger``."""
+    litlogger_config: LitLoggerConfig = Field(default_factory=LitLoggerConfig)
+    """``LitLogger`` settings."""
+    system_metrics_interval_sec: float = Field(5.0, gt=0.0)
+    """Period of the CPU/RAM/GPU sampling thread."""
+    log_every_n_steps: int = Field(10, gt=0)
+    """Lightning's step-metric logging period."""
+    num_sanity_val_steps: int = Field(2, ge=-1)
+    """Validation batches run before training (0 skips the sanity check)."""
+    gradient_clip_val: float | None = Field(None, gt=0.0)
+    """Clip gradient norm to this value."""
+    accumulate_grad_batches: int = Field(1, gt=0)
+    """Accumulate gradients over N batches."""
+    limit_train_batches: float | int | None = None
+    """Use only part of the training set per epoch (debugging)."""
+    limit_val_batches: float | int | None = None
+    """Use only part of the validation set per epoch (debugging)."""
+    enable_progress_bar: bool = True
+    """Show Lightning's progress bar."""
+
+    @model_validator(mode="after")
+    def _derive_auto_values(self) -> TrainConfig:
+        accelerator = resolve_accelerator(self.accelerator)
+        if self.precision is None:
+            self._derive("precision", "32-true" if accelerator == "cpu" else "16-mixed")
+        if self.pin_memory is None:
+            self._derive("pin_memory", accelerator == "gpu")
+        if self.num_workers is None:
+            cpus = os.cpu_count() or 1
+            self._derive("num_workers", max(1, cpus // self.ddp_processes_per_node))
+        if self.cosine_annealing_config.T_max is None:
+            self.cosine_annealing_config._derive("T_max", self.max_epochs)
+        return self
+
+    @property
+    def resolved_accelerator(self) -> Literal["cpu", "gpu", "mps"]:
+        """The accelerator ``auto`` resolves to on this machine."""
+        return resolve_accelerator(self.accelerator)
+
+    @property
+    def ddp_processes_per_node(self) -> int:
+        """Processes a DDP strategy starts on this node (1 otherwise)."""
+        if not self.strategy.startswith("ddp"):
+            return 1
+        if isinstance(self.devices, int):
+            return max(1, self.devices)
+        if self.devices != "auto":
+            return max(1, len([d for d in str(self.devices).split(",") if d.strip()]))
+        if resolve_accelerator(self.accelerator) == "gpu":
+            import torch
+
+            return max(1, torch.cuda.device_count())
+        return 1
+
+
+def resolve_accelerator(accelerator: str) -> Literal["cpu", "gpu", "mps"]:
+    """Map ``auto``/``cuda``/``gpu``/``mps``/``cpu`` to what this machine runs on."""
+    if accelerator == "cpu":
+        return "cpu"
+    if accelerator in ("gpu", "cuda"):
+        return "gpu"
+    if accelerator == "mps":
+        return "mps"
+    import torch
+
+    if torch.cuda.is_available():
+        return "gpu"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"

@@ -1,0 +1,65 @@
+"""Shared fixtures: a tiny CPU config and a small synthetic dataset on disk."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skinet.config import ExperimentConfig, parse_config
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
+def tiny_raw_config(tmp_path: Path, data_dir: Path | None = None) -> dict[str, Any]:
+    """Plain-data config for a 32x32, 8-channel, 2-epoch CPU run writing under ``tmp_path``."""
+    return {
+        "TRAIN_CONFIG": {
+            "experiment_name": "tiny",
+            "output_dir": str(tmp_path / "runs"),
+            "batch_size": 4,
+            "num_workers": 0,
+            "max_epochs": 2,
+            "accelerator": "cpu",
+            "lr": 1e-3,
+            "system_metrics_interval_sec": 0.2,
+            "enable_progress_bar": False,
+            "num_sanity_val_steps": 0,
+            "log_every_n_steps": 1,
+        },
+        "MODEL_CONFIG": {"out_channels_layer1": 8, "number_of_layers": 3},
+        "DATA_CONFIG": {
+            "dataset": "synthetic" if data_dir is None else "isic2017",
+            "data_dir": str(data_dir or tmp_path / "synthetic"),
+            "image_size": 32,
+            "synthetic_num_train": 8,
+            "synthetic_num_val": 4,
+            "synthetic_num_test": 4,
+            "synthetic_image_size": 64,
+        },
+        "SWEEP_CONFIG": {"monitor": "val_best_dice_at_threshold"},
+    }
+
+
+@pytest.fixture(scope="session")
+def synthetic_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small synthetic dataset in the official ISIC 2017 layout (8/4/4 images, 64x64)."""
+    from skinet.data.synthetic import make_synthetic_dataset
+
+    root = tmp_path_factory.mktemp("synthetic_isic2017")
+    make_synthetic_dataset(root, num_train=8, num_val=4, num_test=4, image_size=64, seed=0)
+    return root
+
+
+@pytest.fixture
+def tiny_raw(tmp_path: Path, synthetic_root: Path) -> dict[str, Any]:
+    """Plain-data tiny config reading the session's synthetic dataset."""
+    return tiny_raw_config(tmp_path, synthetic_root)
+
+
+@pytest.fixture
+def tiny_config(tiny_raw: dict[str, Any]) -> ExperimentConfig:
+    """A validated tiny config reading the session's synthetic dataset."""
+    return parse_config(tiny_raw)
