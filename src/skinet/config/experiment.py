@@ -11,7 +11,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from skinet.config.data import DataConfig
 from skinet.config.model import UNet2DModelConfig
 from skinet.config.sweep import SweepConfig
-from skinet.config.train import TrainConfig
+from skinet.config.train import (
+    CheckpointConfig,
+    EarlyStoppingConfig,
+    LRSchedulerConfig,
+    TrainConfig,
+)
 from skinet.config.transform import TransformConfig
 
 # YAML section name -> field of ExperimentConfig. Keys are matched case-insensitively with
@@ -65,7 +70,7 @@ class ExperimentConfig(BaseModel):
     @model_validator(mode="after")
     def _propagate_monitor(self) -> ExperimentConfig:
         monitor, mode = self.sweep.monitor, self.sweep.mode
-        sections = {
+        sections: dict[str, EarlyStoppingConfig | CheckpointConfig | LRSchedulerConfig] = {
             "early_stopping_config": self.train.early_stopping_config,
             "checkpoint_config": self.train.checkpoint_config,
             "lr_scheduler_config": self.train.lr_scheduler_config,
@@ -107,10 +112,10 @@ def parse_config(raw: dict[str, Any] | None, source: str = "<config>") -> Experi
     """Validate a config given as plain data, raising :class:`ConfigError` with YAML paths."""
     raw = raw or {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: top level must be a mapping of sections, got {type(raw).__name__}")
-    written = {
-        _SECTION_BY_KEY.get(str(k).replace("_", "").lower(), str(k)): str(k) for k in raw
-    }
+        raise ConfigError(
+            f"{source}: top level must be a mapping of sections, got {type(raw).__name__}"
+        )
+    written = {_SECTION_BY_KEY.get(str(k).replace("_", "").lower(), str(k)): str(k) for k in raw}
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as exc:

@@ -28,7 +28,9 @@ class SweepConfig(Section):
     """DataLoader worker counts."""
     prefetch_factor: list[int] = Field(default_factory=lambda: [4], min_length=1)
     """Batches pre-loaded per worker."""
-    scheduler_type: list[SchedulerChoice] = Field(default_factory=lambda: ["none"], min_length=1)
+    scheduler_type: list[SchedulerChoice] = Field(
+        default_factory=lambda: list[SchedulerChoice](["none"]), min_length=1
+    )
     """LR schedulers; ``"none"`` sets ``use_lr_scheduler: false``."""
     monitor: str = MetricsKey.default_monitor().value
     """Metric optimised by the sweep and monitored by early stopping, checkpoints and LR plateau."""

@@ -11,7 +11,14 @@ from skinet.config.base import Section
 
 Accelerator = Literal["auto", "cpu", "gpu", "cuda", "mps"]
 Precision = Literal[
-    "32-true", "32", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true", "transformer-engine"
+    "32-true",
+    "32",
+    "16-mixed",
+    "bf16-mixed",
+    "16-true",
+    "bf16-true",
+    "64-true",
+    "transformer-engine",
 ]
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 
 from skinet.config.base import Section
 
@@ -25,7 +27,12 @@ def _default_train_transforms() -> list[TransformSpec]:
         TransformSpec(name="RandomRotate90", params={"p": 0.5}),
         TransformSpec(
             name="Affine",
-            params={"scale": [0.9, 1.1], "rotate": [-20, 20], "translate_percent": [-0.05, 0.05], "p": 0.5},
+            params={
+                "scale": [0.9, 1.1],
+                "rotate": [-20, 20],
+                "translate_percent": [-0.05, 0.05],
+                "p": 0.5,
+            },
         ),
         TransformSpec(
             name="ColorJitter",
@@ -43,3 +50,62 @@ class TransformConfig(Section):
     """Extra keyword arguments for ``albumentations.Compose`` (e.g. ``seed``)."""
     train_transforms: list[TransformSpec] = Field(default_factory=_default_train_transforms)
     """Transforms applied to training samples, in order."""
+
+    @field_validator("train_transforms")
+    @classmethod
+    def _check_against_albumentations(cls, specs: list[TransformSpec]) -> list[TransformSpec]:
+        errors = [e for i, spec in enumerate(specs) if (e := check_transform_spec(i, spec))]
+        if errors:
+            raise ValueError("; ".join(errors))
+        return specs
+
+    @field_validator("compose_kwargs")
+    @classmethod
+    def _check_compose_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        import albumentations as A
+
+        allowed = set(inspect.signature(A.Compose.__init__).parameters) - {"self", "transforms"}
+        unknown = sorted(set(kwargs) - allowed)
+        if unknown:
+            raise ValueError(
+                f"unknown albumentations.Compose argument(s) {unknown}; allowed: {sorted(allowed)}"
+            )
+        return kwargs
+
+
+def check_transform_spec(index: int, spec: TransformSpec) -> str | None:
+    """Build ``spec`` with albumentations; a message naming ``train_transforms[index]`` if it fails.
+
+    Albumentations only *warns* about unknown keyword arguments, so those warnings are turned
+    into errors here: a misspelt parameter would otherwise be silently ignored.
+    """
+    import albumentations as A
+
+    where = f"TRANSFORM_CONFIG.train_transforms[{index}] ({spec.name})"
+    transform_cls = getattr(A, spec.name, None)
+    if not (inspect.isclass(transform_cls) and issubclass(transform_cls, A.BasicTransform)):
+        return f"{where}: unknown albumentations transform {spec.name!r}"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            transform_cls(**spec.params)
+        except (TypeError, ValueError) as exc:
+            # albumentations checks params with pydantic schemas and re-raises as ValueError
+            cause = next(
+                (
+                    e
+                    for e in (exc, exc.__cause__, exc.__context__)
+                    if isinstance(e, ValidationError)
+                ),
+                None,
+            )
+            if cause is None:
+                return f"{where}: invalid parameters {spec.params}: {' '.join(str(exc).split())}"
+            bad = {str(e["loc"][0]): e["msg"] for e in cause.errors() if e["loc"]}
+            detail = "; ".join(f"{k}={spec.params.get(k)!r}: {msg}" for k, msg in bad.items())
+            return f"{where}: invalid parameter {detail}"
+    for warning in caught:
+        text = str(warning.message)
+        if "are not valid for transform" in text:
+            return f"{where}: {text.split(' for transform')[0].lower()} (unknown parameter)"
+    return None

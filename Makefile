@@ -1,0 +1,44 @@
+# make run   : set up .venv, train + test on the built-in synthetic data, print where results are
+# make test  : set up .venv, lint (ruff), type-check (mypy), run the test suite
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONFIG ?= configs/quickstart.yaml
+
+.PHONY: run test lint typecheck pytest docs bench clean setup
+
+setup: $(STAMP)
+
+# torch first, pinned: a bare `torch` requirement would pull a multi-GB build on some machines.
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt torch
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 $(BIN)/skinet train --config $(CONFIG)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest
+
+test: lint typecheck pytest
+
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+
+bench: $(STAMP)
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,128 @@
+"""MLflow logger and the artifacts logged around ``fit``."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import lightning as L
+import yaml
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.model_summary import ModelSummary
+
+if TYPE_CHECKING:
+    from skinet.config import ExperimentConfig
+
+log = logging.getLogger(__name__)
+
+
+class SkiNetMLFlowLogger(MLFlowLogger):
+    """``MLFlowLogger`` whose ``FAILED`` status sticks and whose ``finalize`` never hides an error.
+
+    Lightning calls ``finalize("failed")`` when fit raises; a later ``finalize("success")``
+    (e.g. from a ``trainer.test`` run after a caught failure) would reopen the run as
+    ``FINISHED``. And if the store is unreachable while a failed run is finalised, the store
+    error would replace the training error; it is logged as a warning instead.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failed = False
+
+    @rank_zero_only
+    def finalize(self, status: str = "success") -> None:
+        if status in ("failed", "FAILED"):
+            self.failed = True
+        elif self.failed:
+            status = "failed"
+        try:
+            super().finalize(status)
+        except Exception as exc:
+            if not self.failed:
+                raise
+            log.warning("could not mark MLflow run %s as FAILED: %s", self._run_id, exc)
+
+
+class MLflowTrainingArtifactsCallback(Callback):
+    """Log what a run needs to be understood and reloaded later to every ``MLFlowLogger``.
+
+    - fit start: the resolved config as parameters (``TRAIN_CONFIG/lr``, ...) and, when
+      ``mlflow_config.log_model_summary``, ``model_summary.txt``;
+    - fit end: ``config/resolved_config.yaml`` (``cfg.to_yaml_dict()``),
+      ``early_stopping_state.json`` (when ``EarlyStopping`` is on) and, when
+      ``mlflow_config.log_checkpoint``, the best checkpoint under ``checkpoints/``.
+    """
+
+    def __init__(self, cfg: ExperimentConfig) -> None:
+        self.cfg = cfg
+
+    @rank_zero_only
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        loggers = mlflow_loggers(trainer)
+        if not loggers:
+            return
+        params = self.cfg.to_yaml_dict()
+        summary = str(ModelSummary(pl_module, max_depth=-1))
+        for logger in loggers:
+            logger.log_hyperparams(params)
+            if self.cfg.train.mlflow_config.log_model_summary:
+                logger.experiment.log_text(logger.run_id, summary, "model_summary.txt")
+
+    @rank_zero_only
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        loggers = mlflow_loggers(trainer)
+        if not loggers:
+            return
+        config_yaml = yaml.safe_dump(self.cfg.to_yaml_dict(), sort_keys=False)
+        stopping = early_stopping_state(trainer)
+        best = best_checkpoint(trainer) if self.cfg.train.mlflow_config.log_checkpoint else None
+        for logger in loggers:
+            client, run_id = logger.experiment, logger.run_id
+            client.log_text(run_id, config_yaml, "config/resolved_config.yaml")
+            if stopping is not None:
+                client.log_dict(run_id, stopping, "early_stopping_state.json")
+            if best is not None:
+                client.log_artifact(run_id, str(best), "checkpoints")
+                client.set_tag(run_id, "best_checkpoint", best.name)
+
+
+def mlflow_loggers(trainer: L.Trainer) -> list[MLFlowLogger]:
+    """The trainer's MLflow loggers."""
+    return [logger for logger in trainer.loggers if isinstance(logger, MLFlowLogger)]
+
+
+def early_stopping_state(trainer: L.Trainer) -> dict[str, Any] | None:
+    """The first ``EarlyStopping`` callback's settings and outcome as plain data."""
+    callback = next((c for c in trainer.callbacks if isinstance(c, EarlyStopping)), None)  # type: ignore[attr-defined]
+    if callback is None:
+        return None
+    return {
+        "monitor": callback.monitor,
+        "mode": callback.mode,
+        "patience": callback.patience,
+        "min_delta": abs(float(callback.min_delta)),
+        "best_score": _plain_float(callback.best_score),
+        "wait_count": int(callback.wait_count),
+        "stopped_epoch": int(callback.stopped_epoch),
+        "stopped_early": bool(callback.stopped_epoch > 0),
+        "epochs_run": int(trainer.current_epoch),
+        "global_step": int(trainer.global_step),
+    }
+
+
+def best_checkpoint(trainer: L.Trainer) -> Path | None:
+    """Path of the best checkpoint of the first ``ModelCheckpoint``, if one was written."""
+    callback = next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), None)  # type: ignore[attr-defined]
+    if callback is None or not callback.best_model_path:
+        return None
+    path = Path(callback.best_model_path)
+    return path if path.is_file() else None
+
+
+def _plain_float(value: Any) -> float | None:
+    number = float(value.item() if hasattr(value, "item") else value)
+    return number if math.isfinite(number) else None

@@ -1,0 +1,127 @@
+"""The ``skinet`` command line: argument parsing only, one function call per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from skinet.config import ConfigError, ExperimentConfig, load_config
+from skinet.tracking import TrackingError
+
+log = logging.getLogger("skinet")
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["TRAIN_CONFIG.max_epochs=3"]`` -> ``{"TRAIN_CONFIG.max_epochs": 3}`` (values as YAML)."""
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects SECTION.key=value, got {pair!r}")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def load_config_from_args(args: argparse.Namespace) -> ExperimentConfig:
+    """The config file of ``--config`` with every ``--set`` applied."""
+    return load_config(args.config, parse_overrides(args.set or []))
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config`` and repeated ``--set KEY=VALUE`` overrides."""
+    parser.add_argument("--config", required=True, type=Path, help="YAML experiment config")
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value, e.g. --set TRAIN_CONFIG.max_epochs=3 (repeatable)",
+    )
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from skinet.reporting import print_run_summary
+    from skinet.training.run import run_training
+
+    cfg = load_config_from_args(args)
+    result = run_training(cfg, visualize=not args.no_visualize, resume=args.resume)
+    print_run_summary(cfg, result)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; each leaf subcommand sets ``func``, its handler."""
+    parser = argparse.ArgumentParser(
+        prog="skinet", description="Skin-lesion segmentation: train, sweep and evaluate UNet2D."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = subparsers.add_parser("train", help="train, validate and test one model")
+    add_config_arguments(train)
+    train.add_argument(
+        "--resume", metavar="PATH|last", help="continue from a checkpoint, or the newest last.ckpt"
+    )
+    train.add_argument(
+        "--no-visualize", action="store_true", help="skip the augmented-samples grid"
+    )
+    train.set_defaults(func=_run_train)
+
+    for register in _subcommand_groups():
+        register(subparsers)
+    return parser
+
+
+def _subcommand_groups() -> list[Callable[[Any], Any]]:
+    """Subcommand groups defined next to the code they drive."""
+    from skinet.data.cli import add_data_subcommands
+    from skinet.inference.cli import add_inference_subcommands
+    from skinet.sweep.cli import add_sweep_subcommands
+
+    return [add_data_subcommands, add_sweep_subcommands, add_inference_subcommands]
+
+
+def configure_logging(verbose: bool = False) -> None:
+    """Rich console logging for ``skinet`` and quieter third-party loggers."""
+    from rich.logging import RichHandler
+
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if not any(isinstance(h, RichHandler) for h in root.handlers):
+        handler = RichHandler(rich_tracebacks=False, show_path=False, log_time_format="[%X]")
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        root.addHandler(handler)
+    for noisy in ("alembic", "mlflow", "urllib3", "matplotlib", "PIL"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``skinet`` console script."""
+    args = build_parser().parse_args(argv)
+    configure_logging(args.verbose)
+    handler: Handler = args.func
+    try:
+        return handler(args)
+    except (ConfigError, FileNotFoundError) as error:
+        log.error("%s", error)
+        return 2
+    except TrackingError as error:
+        log.error("%s", error)
+        return 1
+    except ValueError as error:
+        # Data, resume and sweep problems are ValueErrors with a message meant for the user.
+        if args.verbose:
+            raise
+        log.error("%s", error)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""``skinet predict``, ``skinet evaluate`` and ``skinet export``: argument parsing only."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("skinet")
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threshold", type=float, help="override the checkpoint's threshold")
+    parser.add_argument("--tta", action="store_true", help="average over flips (4x slower)")
+    parser.add_argument(
+        "--keep-largest", action="store_true", help="keep only the largest connected component"
+    )
+    parser.add_argument("--fill-holes", action="store_true", help="fill holes inside the mask")
+    parser.add_argument("--batch-size", type=int, default=8, help="images per forward pass")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+
+
+def _build_predictor(args: argparse.Namespace) -> Any:
+    from skinet.inference.predictor import Predictor
+
+    return Predictor.from_checkpoint(
+        args.checkpoint,
+        device=args.device,
+        threshold=args.threshold,
+        tta=args.tta,
+        keep_largest=args.keep_largest,
+        fill_holes=args.fill_holes,
+        batch_size=args.batch_size,
+    )
+
+
+def _report_failures(failures: dict[Any, str], what: str, total: int) -> None:
+    if not failures:
+        return
+    log.error("%d of %d %s failed:", len(failures), total, what)
+    for name, message in failures.items():
+        log.error("  %s: %s", name, message)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """Predict masks for a file or folder; 1 if any image failed."""
+    from skinet.inference.predict import list_images, predict_paths
+
+    paths = list_images(args.input)
+    if not paths:
+        raise FileNotFoundError(f"no images (.jpg, .png, .bmp, .tif) in {args.input}")
+    predictor = _build_predictor(args)
+    log.info("threshold %.3f, %d image(s) -> %s", predictor.threshold, len(paths), args.output)
+    report = predict_paths(
+        predictor, paths, args.output, save_proba=args.save_proba, save_overlay=args.save_overlay
+    )
+    log.info("wrote %d mask(s) to %s", len(report.written), args.output)
+    _report_failures({p.name: m for p, m in report.failures.items()}, "images", len(paths))
+    return report.exit_code
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """Score a checkpoint on a dataset split, or predicted masks against ground truth."""
+    from skinet.inference.evaluate import (
+        evaluate_mask_folders,
+        evaluate_predictor,
+        select_samples,
+        write_evaluation,
+    )
+
+    if args.predictions is not None or args.ground_truth is not None:
+        if args.predictions is None or args.ground_truth is None or args.checkpoint is not None:
+            raise ValueError("use --predictions with --ground-truth, or --checkpoint (not both)")
+        result = evaluate_mask_folders(args.predictions, args.ground_truth)
+    elif args.checkpoint is not None:
+        predictor = _build_predictor(args)
+        samples = select_samples(predictor.config, args.data, args.dataset, args.split)
+        log.info("evaluating %d image(s) of split %r", len(samples), args.split)
+        result = evaluate_predictor(predictor, samples)
+        result.info.update(
+            checkpoint=str(args.checkpoint),
+            split=args.split,
+            threshold=predictor.threshold,
+            tta=args.tta,
+            keep_largest=args.keep_largest,
+            fill_holes=args.fill_holes,
+        )
+    else:
+        raise ValueError("give --checkpoint (with --data), or --predictions and --ground-truth")
+    paths = write_evaluation(result, args.output)
+    _print_summary(result.summary)
+    log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
+    _report_failures(result.failures, "images", len(result.metrics) + len(result.failures))
+    return result.exit_code
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary.get('num_images', 0)} images", show_header=False)
+    for key, value in summary.items():
+        if key.startswith(("mean_", "median_", "pooled_")):
+            table.add_row(key, f"{value:.4f}")
+    Console().print(table)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Export with sigmoid, write the sidecar, check parity; 1 when parity fails."""
+    from skinet.inference.export import ExportError, export_checkpoint, sidecar_path
+
+    try:
+        parity = export_checkpoint(
+            args.checkpoint, args.output, args.format, args.opset, args.tolerance
+        )
+    except ExportError as error:
+        if not str(error).startswith("parity check failed"):
+            raise
+        log.error("%s", error)
+        return 1
+    log.info("exported %s (+ %s)", args.output, sidecar_path(args.output).name)
+    if parity is not None:
+        log.info(
+            "parity: max |exported - PyTorch| = %.3g (tolerance %g)",
+            parity.max_abs_diff,
+            parity.tolerance,
+        )
+    return 0
+
+
+def add_inference_subcommands(subparsers: Any) -> None:
+    """Register ``predict``, ``evaluate`` and ``export``; each sets ``func`` to its handler."""
+    from skinet.inference.evaluate import SPLIT_CHOICES
+    from skinet.inference.export import DEFAULT_OPSET, DEFAULT_TOLERANCE
+
+    predict = subparsers.add_parser("predict", help="segment images with a trained checkpoint")
+    predict.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt from training")
+    predict.add_argument("--input", required=True, type=Path, help="an image file or folder")
+    predict.add_argument("--output", required=True, type=Path, help="folder for <stem>_mask.png")
+    _add_model_options(predict)
+    predict.add_argument(
+        "--save-proba",
+        nargs="?",
+        const="png",
+        choices=("png", "npy"),
+        help="also write probability maps: <stem>_proba.png (0..255, default) or .npy (float32)",
+    )
+    predict.add_argument(
+        "--save-overlay", action="store_true", help="also write <stem>_overlay.png (contour)"
+    )
+
+    evaluate = subparsers.add_parser(
+        "evaluate", help="per-image Jaccard/Dice of a checkpoint or of predicted masks"
+    )
+    evaluate.add_argument("--checkpoint", type=Path, help="a .ckpt from training")
+    evaluate.add_argument(
+        "--data", type=Path, help="dataset folder (default: the checkpoint's DATA_CONFIG)"
+    )
+    evaluate.add_argument(
+        "--dataset",
+        choices=("isic2017", "isic2018", "ph2", "folder", "synthetic"),
+        help="layout of --data (default: the checkpoint's DATA_CONFIG.dataset)",
+    )
+    evaluate.add_argument("--split", default="test", choices=SPLIT_CHOICES)
+    evaluate.add_argument("--predictions", type=Path, help="folder of predicted masks")
+    evaluate.add_argument("--ground-truth", type=Path, help="folder of ground-truth masks")
+    evaluate.add_argument("--output", required=True, type=Path, help="folder for the reports")
+    _add_model_options(evaluate)
+
+    export = subparsers.add_parser(
+        "export", help="export the model (with sigmoid) to ONNX or TorchScript"
+    )
+    export.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt from training")
+    export.add_argument("--format", required=True, choices=("onnx", "torchscript"))
+    export.add_argument("--output", required=True, type=Path, help="the exported file")
+    export.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset version")
+    export.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="largest accepted |exported - PyTorch| on random inputs",
+    )
+    predict.set_defaults(func=run_predict)
+    evaluate.set_defaults(func=run_evaluate)
+    export.set_defaults(func=run_export)

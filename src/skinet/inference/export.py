@@ -1,0 +1,264 @@
+"""Exporting a trained model (sigmoid included) to TorchScript or ONNX, with a parity check.
+
+The exported graph maps a *normalised* image batch to probabilities:
+``float32 (N, 3, H, W) -> float32 (N, 1, H, W)`` in ``[0, 1]``, with ``N`` free and ``H``, ``W``
+any multiples of ``size_multiple = stride ** (number_of_layers - 1)`` (16 for the default
+5-layer model). Resize to ``image_size`` as in training (or any multiple), then normalise:
+``(pixel / 255 - mean) / std`` per RGB channel for ``normalization_mode: standard``, or each
+image's own per-channel mean/std for ``image_per_channel``. These values are written to a JSON
+sidecar ``<output>.json`` next to the exported file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import logging
+import warnings
+from collections.abc import Callable
+from contextlib import redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from skinet.inference.checkpoint import SkinetCheckpoint, build_model, load_checkpoint
+from skinet.models import UNet2D
+
+log = logging.getLogger(__name__)
+
+ExportFormat = Literal["onnx", "torchscript"]
+DEFAULT_TOLERANCE = 1e-4
+DEFAULT_OPSET = 18
+INPUT_NAME, OUTPUT_NAME = "images", "probs"
+
+
+class ExportError(ValueError):
+    """Export is impossible here (missing package, bad options) or failed its parity check."""
+
+
+class ProbabilityModel(nn.Module):
+    """UNet2D followed by sigmoid: normalised ``(N, 3, H, W)`` -> probabilities ``(N, 1, H, W)``."""
+
+    def __init__(self, model: UNet2D) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: Tensor) -> Tensor:
+        return torch.sigmoid(self.model(images))
+
+
+@dataclass(frozen=True)
+class ParityResult:
+    """Largest absolute difference between PyTorch and the exported model, per input shape."""
+
+    max_abs_diff: float
+    tolerance: float
+    shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def passed(self) -> bool:
+        """Whether ``max_abs_diff <= tolerance``."""
+        return self.max_abs_diff <= self.tolerance
+
+
+def _size_multiple(model: UNet2D) -> int:
+    return int(model.size_multiple)
+
+
+def example_shapes(model: UNet2D, image_size: int) -> tuple[tuple[int, ...], ...]:
+    """The export input shape and a second one with another batch and spatial size."""
+    multiple = _size_multiple(model)
+    side = max(multiple, -(-image_size // multiple) * multiple)  # image_size rounded up
+    return (2, 3, side, side), (1, 3, side + multiple, side + 2 * multiple)
+
+
+def require_onnx() -> None:
+    """Raise :class:`ExportError` naming the packages to install when ONNX export cannot run."""
+    missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ExportError(
+            f"--format onnx needs the {' and '.join(missing)} package(s): "
+            "pip install 'skinet[onnx]' (or: pip install onnx onnxscript onnxruntime)"
+        )
+
+
+def export_torchscript(model: nn.Module, example: Tensor, output: Path) -> None:
+    """Trace ``model`` on ``example`` and save it; shapes stay free (no shape-dependent branch
+    is taken for sizes that are multiples of ``size_multiple``)."""
+    with warnings.catch_warnings():
+        # The tracer warns about UNet2D's shape checks, which are constant for valid inputs,
+        # and torch 2.13 deprecates torch.jit (TorchScript still loads without Python code).
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        traced = torch.jit.trace(model, example, check_trace=False)
+    traced.save(str(output))
+
+
+def export_onnx(model: ProbabilityModel, example: Tensor, output: Path, opset: int) -> None:
+    """Export with the dynamo exporter; batch free, height and width free multiples."""
+    require_onnx()
+    multiple = _size_multiple(model.model)
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    # Derived dims make "H is a multiple of size_multiple" part of the graph's contract, so
+    # UNet2D's padding branch is resolved symbolically instead of specialised to one size.
+    height = multiple * torch.export.Dim("height_blocks", min=1, max=8192 // multiple)
+    width = multiple * torch.export.Dim("width_blocks", min=1, max=8192 // multiple)
+    with redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            model,
+            (example,),
+            dynamic_shapes={INPUT_NAME: {0: batch, 2: height, 3: width}},
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            opset_version=opset,
+            dynamo=True,
+            external_data=False,
+            verbose=False,
+        )
+    if program is None:
+        raise ExportError("torch.onnx.export returned no program")
+    program.save(str(output), external_data=False)
+
+
+def load_exported(path: Path, fmt: ExportFormat) -> Callable[[Tensor], Tensor]:
+    """A CPU callable of an exported file: ``torch.jit.load``, or an ONNX Runtime session."""
+    if fmt == "torchscript":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated
+            module = torch.jit.load(str(path), map_location="cpu")
+
+        def run_module(images: Tensor) -> Tensor:
+            with torch.inference_mode():
+                return module(images)
+
+        return run_module
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+    def run_session(images: Tensor) -> Tensor:
+        (probs,) = session.run([OUTPUT_NAME], {INPUT_NAME: images.numpy()})
+        return torch.from_numpy(probs)
+
+    return run_session
+
+
+def run_exported(path: Path, fmt: ExportFormat, images: Tensor) -> Tensor:
+    """Run an exported file once on CPU (see :func:`load_exported`)."""
+    return load_exported(path, fmt)(images)
+
+
+def check_parity(
+    reference: nn.Module,
+    path: Path,
+    fmt: ExportFormat,
+    shapes: tuple[tuple[int, ...], ...],
+    tolerance: float = DEFAULT_TOLERANCE,
+    seed: int = 0,
+) -> ParityResult:
+    """Compare ``reference`` (PyTorch, CPU) with the exported file on random normal inputs."""
+    generator = torch.Generator().manual_seed(seed)
+    worst = 0.0
+    reference = reference.eval().cpu()
+    exported = load_exported(path, fmt)
+    for shape in shapes:
+        images = torch.randn(shape, generator=generator)
+        with torch.inference_mode():
+            expected = reference(images)
+        actual = exported(images)
+        if actual.shape != expected.shape:
+            raise ExportError(
+                f"exported model returned shape {tuple(actual.shape)} for input {shape}, "
+                f"PyTorch returned {tuple(expected.shape)}"
+            )
+        worst = max(worst, float((actual.float() - expected.float()).abs().max()))
+    return ParityResult(worst, tolerance, shapes)
+
+
+def build_sidecar(
+    checkpoint: SkinetCheckpoint, fmt: ExportFormat, model: UNet2D, opset: int | None
+) -> dict[str, Any]:
+    """What a consumer needs to feed the exported graph and threshold its output."""
+    data = checkpoint.config.data
+    return {
+        "format": fmt,
+        "opset": opset if fmt == "onnx" else None,
+        "input": {
+            "name": INPUT_NAME,
+            "layout": "NCHW float32, RGB",
+            "normalization": "(pixel / 255 - mean) / std per channel"
+            if data.normalization_mode == "standard"
+            else "per image and channel: (x - x.mean()) / max(x.std(), 1e-6), x = pixel / 255",
+        },
+        "output": {"name": OUTPUT_NAME, "layout": "N1HW float32 probabilities (sigmoid applied)"},
+        "image_size": data.image_size,
+        "size_multiple": _size_multiple(model),
+        "normalization_mode": data.normalization_mode,
+        "mean": list(data.mean),
+        "std": list(data.std),
+        "threshold": checkpoint.threshold,
+        "checkpoint": str(checkpoint.path),
+    }
+
+
+def sidecar_path(output: Path) -> Path:
+    """``model.onnx`` -> ``model.onnx.json``."""
+    return output.with_name(output.name + ".json")
+
+
+def export_checkpoint(
+    checkpoint_path: str | Path,
+    output: str | Path,
+    fmt: ExportFormat = "torchscript",
+    opset: int = DEFAULT_OPSET,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> ParityResult | None:
+    """Export a checkpoint's model with sigmoid, write the JSON sidecar and check parity.
+
+    Returns:
+        The parity result, or ``None`` for ONNX when onnxruntime is not installed (skipped).
+
+    Raises:
+        ExportError: A package is missing, or the parity check exceeded ``tolerance`` (the
+            exported file and sidecar are kept for inspection).
+    """
+    if fmt not in ("onnx", "torchscript"):
+        raise ExportError(f"format must be 'onnx' or 'torchscript', got {fmt!r}")
+    if tolerance < 0:
+        raise ExportError(f"tolerance must be >= 0, got {tolerance}")
+    if fmt == "onnx":
+        require_onnx()
+    checkpoint = load_checkpoint(checkpoint_path)
+    unet = build_model(checkpoint)
+    wrapper = ProbabilityModel(unet).eval()
+    shapes = example_shapes(unet, checkpoint.config.data.image_size)
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    example = torch.randn(shapes[0])
+    if fmt == "torchscript":
+        export_torchscript(wrapper, example, output)
+    else:
+        export_onnx(wrapper, example, output, opset)
+    sidecar = build_sidecar(checkpoint, fmt, unet, opset)
+    parity: ParityResult | None = None
+    if fmt == "onnx" and importlib.util.find_spec("onnxruntime") is None:
+        log.warning("onnxruntime is not installed: parity check skipped (pip install onnxruntime)")
+    else:
+        parity = check_parity(wrapper, output, fmt, shapes, tolerance)
+        sidecar["parity"] = {
+            "max_abs_diff": parity.max_abs_diff,
+            "tolerance": tolerance,
+            "shapes": [list(s) for s in shapes],
+        }
+    sidecar_path(output).write_text(json.dumps(sidecar, indent=2))
+    if parity is not None and not parity.passed:
+        raise ExportError(
+            f"parity check failed: max |exported - PyTorch| = {parity.max_abs_diff:.3g} > "
+            f"tolerance {tolerance:g} on inputs {list(shapes)} ({output})"
+        )
+    return parity

@@ -1,0 +1,156 @@
+"""``Predictor``: a trained checkpoint applied to RGB images at their original resolution."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+
+from skinet.config import ExperimentConfig
+from skinet.data.io import resize_pair
+from skinet.data.transforms import Normalizer, build_normalizer
+from skinet.inference.checkpoint import build_model, load_checkpoint
+from skinet.inference.postprocess import postprocess_mask
+from skinet.inference.tta import predict_probs
+from skinet.models import UNet2D
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``auto`` -> ``cuda`` when available, else ``cpu``; anything else as given."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was requested but CUDA is not available here")
+    return resolved
+
+
+def _check_image(image: np.ndarray) -> None:
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8:
+        raise ValueError(f"image must be a uint8 numpy array, got {getattr(image, 'dtype', image)}")
+    if image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"image must be RGB with shape (H, W, 3), got {image.shape}")
+
+
+class Predictor:
+    """Binary lesion segmentation with a trained UNet2D.
+
+    Each image is resized to the training ``image_size`` (the same resizing and normalisation
+    as training), segmented, and its probability map resized back to the image's own size with
+    bilinear interpolation before thresholding, so outputs always match the input's height,
+    width and aspect ratio.
+
+    Args:
+        model: The trained network (returns logits).
+        config: The experiment config it was trained with (``image_size``, normalisation).
+        threshold: Probability cutoff; a pixel is lesion iff ``proba >= threshold``.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or a ``torch.device``.
+        tta: Average probabilities over horizontal, vertical and both flips.
+        keep_largest: Keep only the largest connected component of each mask.
+        fill_holes: Fill holes inside each mask.
+        batch_size: Images per forward pass in the batch methods.
+
+    Shapes:
+        ``predict``: uint8 RGB ``(H, W, 3)`` -> uint8 ``(H, W)`` with values ``{0, 1}``.
+        ``predict_proba``: uint8 RGB ``(H, W, 3)`` -> float32 ``(H, W)`` in ``[0, 1]``.
+    """
+
+    def __init__(
+        self,
+        model: UNet2D,
+        config: ExperimentConfig,
+        threshold: float = 0.5,
+        device: str | torch.device = "auto",
+        tta: bool = False,
+        keep_largest: bool = False,
+        fill_holes: bool = False,
+        batch_size: int = 8,
+    ) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.device = resolve_device(device)
+        self.config = config
+        self.threshold = float(threshold)
+        self.tta = tta
+        self.keep_largest = keep_largest
+        self.fill_holes = fill_holes
+        self.batch_size = batch_size
+        self.image_size = config.data.image_size
+        self.normalizer: Normalizer = build_normalizer(config)
+        self.channels_last = config.train.channels_last
+        model = model.eval().to(self.device)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        self.model = model
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | Path,
+        device: str | torch.device = "auto",
+        threshold: float | None = None,
+        **kwargs: bool | int,
+    ) -> Predictor:
+        """Load a training checkpoint (safely, ``weights_only=True``); no config file needed.
+
+        Args:
+            path: A ``.ckpt`` written by ``skinet train``.
+            device: Where the model runs.
+            threshold: Overrides the checkpoint's ``val_optimal_threshold``.
+            kwargs: ``tta``, ``keep_largest``, ``fill_holes``, ``batch_size``.
+        """
+        checkpoint = load_checkpoint(path)
+        chosen = checkpoint.threshold if threshold is None else threshold
+        return cls(build_model(checkpoint), checkpoint.config, chosen, device, **kwargs)  # type: ignore[arg-type]
+
+    def preprocess(self, image: np.ndarray) -> np.ndarray:
+        """uint8 RGB ``(H, W, 3)`` -> normalised float32 ``(3, S, S)`` at ``image_size``."""
+        _check_image(image)
+        # resize_pair is the training resize (area when shrinking, linear when enlarging);
+        # the placeholder mask costs one byte per pixel.
+        dummy = np.zeros(image.shape[:2], np.uint8)
+        resized, _ = resize_pair(image, dummy, self.image_size)
+        return self.normalizer(resized)
+
+    @torch.inference_mode()
+    def _forward(self, batch: np.ndarray) -> np.ndarray:
+        images = torch.from_numpy(batch).to(self.device)
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        probs = predict_probs(self.model, images, tta=self.tta)
+        return probs[:, 0].float().cpu().numpy()
+
+    def predict_proba_batch(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Probability maps float32 ``(H_i, W_i)`` for RGB images of any sizes."""
+        out: list[np.ndarray] = []
+        for start in range(0, len(images), self.batch_size):
+            chunk = images[start : start + self.batch_size]
+            batch = np.stack([self.preprocess(image) for image in chunk])
+            for image, probs in zip(chunk, self._forward(batch), strict=True):
+                height, width = image.shape[:2]
+                if probs.shape != (height, width):
+                    probs = cv2.resize(probs, (width, height), interpolation=cv2.INTER_LINEAR)
+                out.append(np.clip(probs, 0.0, 1.0).astype(np.float32, copy=False))
+        return out
+
+    def predict_proba(self, image: np.ndarray) -> np.ndarray:
+        """Probability map float32 ``(H, W)`` in ``[0, 1]`` at the image's resolution."""
+        return self.predict_proba_batch([image])[0]
+
+    def binarize(self, probs: np.ndarray) -> np.ndarray:
+        """Threshold (``>=``) and post-process a probability map into a ``{0, 1}`` mask."""
+        mask = (probs >= self.threshold).astype(np.uint8)
+        return postprocess_mask(mask, keep_largest=self.keep_largest, fill=self.fill_holes)
+
+    def predict_batch(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Binary masks uint8 ``(H_i, W_i)`` with values ``{0, 1}``."""
+        return [self.binarize(probs) for probs in self.predict_proba_batch(images)]
+
+    def predict(self, image: np.ndarray) -> np.ndarray:
+        """Binary mask uint8 ``(H, W)`` with values ``{0, 1}`` (multiply by 255 to save)."""
+        return self.predict_batch([image])[0]

@@ -1,0 +1,210 @@
+"""UNet2D: a configurable U-Net for binary skin-lesion segmentation that returns raw logits."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from skinet.models.encoder_blocks import ENCODER_BLOCKS
+from skinet.models.merge_blocks import MERGE_BLOCKS
+
+logger = logging.getLogger(__name__)
+
+NEAR_ZERO_SKIP = 1e-6
+"""``debug_forward`` warns when a skip's mean absolute activation is below this."""
+
+
+def _check_positive_int(name: str, value: Any, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_choice(name: str, value: Any, choices: dict[str, Any]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+
+
+class UNet2D(nn.Module):
+    """U-Net with selectable encoder and merge blocks, built as flat stage lists.
+
+    Encoder stage ``i`` has ``out_channels_layer1 * 2**i`` channels; stage 0 keeps the input
+    resolution and each later stage downsamples by ``stride``. The decoder has
+    ``number_of_layers - 1`` merge stages (deepest first, each upsampling by ``stride`` and
+    merging the matching encoder output) and a final 1x1 conv to ``num_output_classes``.
+
+    Inputs of any size ``>= stride**(number_of_layers - 1)`` work: sizes that are not a
+    multiple of that are reflect-padded (split evenly between both sides) and the logits are
+    cropped back, so the output always has the input's height and width.
+
+    Args:
+        in_channels: Input image channels.
+        out_channels_layer1: Channels of the first encoder stage; doubled per stage.
+        number_of_layers: Encoder stages (>= 2).
+        num_output_classes: Output channels (1 for binary segmentation).
+        kernel: Odd convolution kernel size.
+        stride: Encoder downsampling and decoder upsampling factor (>= 2).
+        encoder_residual_mode: A key of :data:`ENCODER_BLOCKS`.
+        merge_residual_mode: A key of :data:`MERGE_BLOCKS`.
+        se_reduction: Squeeze-and-excitation reduction (``encoder_residual_mode="se"`` only).
+        validate_forward: Check that every decoder stage receives the skip it expects and
+            raise a ``ValueError`` naming the stage if not.
+        debug_forward: Log a warning for skips whose activations are near zero (syncs the
+            device once per skip; keep off in production).
+
+    Shapes:
+        ``(N, in_channels, H, W) -> (N, num_output_classes, H, W)`` logits (no sigmoid).
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 3,
+        out_channels_layer1: int = 16,
+        number_of_layers: int = 5,
+        num_output_classes: int = 1,
+        kernel: int = 3,
+        stride: int = 2,
+        encoder_residual_mode: str = "he2",
+        merge_residual_mode: str = "he2",
+        se_reduction: int = 16,
+        validate_forward: bool = True,
+        debug_forward: bool = False,
+    ) -> None:
+        super().__init__()
+        for name, value in [
+            ("in_channels", in_channels),
+            ("out_channels_layer1", out_channels_layer1),
+            ("num_output_classes", num_output_classes),
+            ("kernel", kernel),
+            ("se_reduction", se_reduction),
+        ]:
+            _check_positive_int(name, value)
+        _check_positive_int("number_of_layers", number_of_layers, minimum=2)
+        _check_positive_int("stride", stride, minimum=2)
+        if kernel % 2 == 0:
+            # Even kernels cannot pad "same" symmetrically, which would shift every feature map.
+            raise ValueError(f"kernel must be a positive odd integer (1, 3, 5, ...), got {kernel}")
+        _check_choice("encoder_residual_mode", encoder_residual_mode, ENCODER_BLOCKS)
+        _check_choice("merge_residual_mode", merge_residual_mode, MERGE_BLOCKS)
+
+        self.in_channels = in_channels
+        self.number_of_layers = number_of_layers
+        self.stride = stride
+        self.validate_forward = validate_forward
+        self.debug_forward = debug_forward
+        self.size_multiple = stride ** (number_of_layers - 1)
+        """Height and width are padded up to a multiple of this."""
+
+        channels = [out_channels_layer1 * 2**i for i in range(number_of_layers)]
+        encoder_cls = ENCODER_BLOCKS[encoder_residual_mode]
+        extra = {"se_reduction": se_reduction} if encoder_residual_mode == "se" else {}
+        self.encoder = nn.ModuleList(
+            encoder_cls(c_in, c_out, kernel=kernel, stride=1 if i == 0 else stride, **extra)
+            for i, (c_in, c_out) in enumerate(
+                zip([in_channels, *channels[:-1]], channels, strict=True)
+            )
+        )
+        merge_cls = MERGE_BLOCKS[merge_residual_mode]
+        # Decoder stage j merges encoder stage (L - 2 - j): deepest first.
+        self.decoder = nn.ModuleList(
+            merge_cls(c_deep, c_skip, c_skip, kernel=kernel, stride=stride)
+            for c_deep, c_skip in zip(channels[:0:-1], channels[-2::-1], strict=True)
+        )
+        self.skip_channels = channels[-2::-1]
+        self.head = nn.Conv2d(out_channels_layer1, num_output_classes, 1)
+
+    def forward(self, images: Tensor) -> Tensor:
+        """Return logits ``(N, num_output_classes, H, W)`` for images ``(N, in_channels, H, W)``."""
+        self._check_input(images)
+        height, width = images.shape[-2:]
+        pad_h, pad_w = (-height) % self.size_multiple, (-width) % self.size_multiple
+        top, left = pad_h // 2, pad_w // 2
+        if pad_h or pad_w:
+            # Reflect rather than zero-pad: no artificial border for the norm layers to see.
+            images = F.pad(images, (left, pad_w - left, top, pad_h - top), mode="reflect")
+        logits = self.head(self.decode(self.encode(images)))
+        return logits[..., top : top + height, left : left + width]
+
+    def encode(self, images: Tensor) -> list[Tensor]:
+        """Return every encoder stage's output, shallowest first (``number_of_layers`` maps).
+
+        ``images`` must already have a height and width divisible by :attr:`size_multiple`.
+        """
+        features = []
+        x = images
+        for stage in self.encoder:
+            x = stage(x)
+            features.append(x)
+        return features
+
+    def decode(self, features: Sequence[Tensor]) -> Tensor:
+        """Run the merge stages on encoder outputs (shallowest first, bottleneck last).
+
+        Returns:
+            The shallowest decoder map ``(N, out_channels_layer1, H, W)``, before the head.
+
+        Raises:
+            ValueError: With ``validate_forward``, if a decoder stage gets no skip or a skip of
+                the wrong shape.
+        """
+        *skips, x = features
+        if self.validate_forward and len(skips) != len(self.decoder):
+            # Skips pair with stages from the bottleneck up, so the shallow stages lose theirs.
+            lacking = len(skips) < len(self.decoder)
+            first = f"decoder stage {len(skips)} gets no skip; " if lacking else ""
+            raise ValueError(
+                f"UNet2D.decode: {first}expected {len(self.decoder)} skips (one per merge "
+                f"stage) plus the bottleneck, got {len(skips)} skips"
+            )
+        for index, (stage, skip) in enumerate(zip(self.decoder, reversed(skips), strict=True)):
+            if self.validate_forward:
+                self._check_skip(index, x, skip)
+            if self.debug_forward:
+                self._warn_if_near_zero(index, skip)
+            x = stage(x, skip)
+        return x
+
+    def _check_input(self, images: Tensor) -> None:
+        if images.ndim != 4 or images.shape[1] != self.in_channels:
+            raise ValueError(
+                f"UNet2D expects images of shape (N, {self.in_channels}, H, W), "
+                f"got {tuple(images.shape)}"
+            )
+        height, width = images.shape[-2:]
+        if min(height, width) < self.size_multiple:
+            raise ValueError(
+                f"input size {height}x{width} is too small: with number_of_layers="
+                f"{self.number_of_layers} and stride={self.stride}, height and width must be "
+                f">= stride**(number_of_layers - 1) = {self.size_multiple} (any size from there "
+                f"works; sizes that are not multiples of {self.size_multiple} are padded)"
+            )
+
+    def _check_skip(self, index: int, x: Tensor, skip: Tensor | None) -> None:
+        encoder_stage = self.number_of_layers - 2 - index
+        expected = (
+            x.shape[0],
+            self.skip_channels[index],
+            x.shape[2] * self.stride,
+            x.shape[3] * self.stride,
+        )
+        if skip is None or tuple(skip.shape) != expected:
+            got = None if skip is None else tuple(skip.shape)
+            raise ValueError(
+                f"UNet2D decoder stage {index} expects the skip from encoder stage "
+                f"{encoder_stage} with shape {expected}, got {got}"
+            )
+
+    def _warn_if_near_zero(self, index: int, skip: Tensor) -> None:
+        mean_abs = skip.detach().abs().mean().item()
+        if mean_abs < NEAR_ZERO_SKIP:
+            logger.warning(
+                "UNet2D decoder stage %d: skip from encoder stage %d is near zero "
+                "(mean |activation| = %.3g < %.0g)",
+                index,
+                self.number_of_layers - 2 - index,
+                mean_abs,
+                NEAR_ZERO_SKIP,
+            )

@@ -1,0 +1,50 @@
+"""Human-readable summaries printed at the end of a command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from skinet.config import ExperimentConfig
+
+if TYPE_CHECKING:
+    from skinet.training.run import RunResult
+
+HEADLINE_METRICS = (
+    "test_dice",
+    "test_iou",
+    "test_mean_dice_per_image",
+    "test_mean_iou_per_image",
+    "test_threshold_used",
+    "val_best_dice_at_threshold",
+    "val_mean_dice_per_image",
+    "val_optimal_threshold",
+)
+
+
+def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
+    """A table of the headline metrics and where the run wrote its outputs."""
+    console = Console()
+    metrics = result.metrics
+    table = Table(title="SkiNet run summary", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    monitor = cfg.sweep.monitor
+    table.add_row(f"{monitor} (best)", f"{metrics.get(monitor, float('nan')):.4f}")
+    for name in HEADLINE_METRICS:
+        if name in metrics and name != monitor:
+            table.add_row(name, f"{metrics[name]:.4f}")
+    console.print(table)
+    console.print(
+        f"trained {result.epochs_trained} epoch(s) in {result.fit_seconds:.0f} s (fit and test)"
+    )
+    console.print(f"run folder:       {result.run_dir}")
+    console.print(f"best checkpoint:  {result.best_checkpoint}")
+    if result.mlflow_run_id:
+        console.print(f"MLflow run id:    {result.mlflow_run_id}")
+    if cfg.train.use_mlflow_logger and cfg.train.mlflow_config.tracking_uri is None:
+        db = Path(cfg.train.output_dir).resolve() / "mlflow.db"
+        console.print(f"MLflow UI:        mlflow ui --backend-store-uri sqlite:///{db}")

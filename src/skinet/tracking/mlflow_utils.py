@@ -1,0 +1,136 @@
+"""Where MLflow runs go, what they are called, and how failed runs are recorded."""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from skinet.config import ExperimentConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DB_NAME = "mlflow.db"
+DEFAULT_ARTIFACTS_DIR = "mlartifacts"
+# MLflow's limit on tag values (mlflow.utils.validation.MAX_TAG_VAL_LENGTH).
+_MAX_TAG_LENGTH = 8000
+
+
+class TrackingError(RuntimeError):
+    """The MLflow tracking store cannot be used (server down, bad URI)."""
+
+
+def resolve_tracking_uri(cfg: ExperimentConfig, run_dir_root: Path | None = None) -> str:
+    """The MLflow tracking URI of a run.
+
+    Precedence: ``TRAIN_CONFIG.mlflow_config.tracking_uri`` (used unchanged, e.g.
+    ``postgresql://...``), then the ``MLFLOW_TRACKING_URI`` environment variable (set by
+    ``on_start_*.sh`` to the server they start), then an embedded SQLite store
+    ``sqlite:///<run_dir_root>/mlflow.db`` that needs no server.
+
+    Args:
+        cfg: The experiment config.
+        run_dir_root: Folder of the default store; ``None`` uses ``TRAIN_CONFIG.output_dir``.
+    """
+    explicit = cfg.train.mlflow_config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if explicit:
+        return explicit
+    root = _output_root(cfg, run_dir_root)
+    return f"sqlite:///{root / DEFAULT_DB_NAME}"
+
+
+def artifact_location_for(
+    cfg: ExperimentConfig, tracking_uri: str | None = None, run_dir_root: Path | None = None
+) -> str | None:
+    """Artifact root for a new experiment, or ``None`` to let the store or server decide.
+
+    A database store without an explicit location would put artifacts in ``./mlruns`` of
+    whatever directory training starts in; this pins them next to the database instead
+    (``<db folder>/mlartifacts`` for SQLite, ``<output_dir>/mlartifacts`` for other databases).
+    Servers (``http(s)://``) and file stores manage their own artifacts.
+    """
+    configured = cfg.train.mlflow_config.artifact_location
+    if configured:
+        return configured if urlparse(configured).scheme else Path(configured).resolve().as_uri()
+    uri = tracking_uri or resolve_tracking_uri(cfg, run_dir_root)
+    scheme = urlparse(uri).scheme.split("+")[0]
+    if scheme == "sqlite":
+        db_path = sqlite_path(uri)
+        folder = db_path.parent if db_path is not None else _output_root(cfg, run_dir_root)
+        return (folder / DEFAULT_ARTIFACTS_DIR).as_uri()
+    if scheme in ("postgresql", "mysql", "mssql"):
+        return (_output_root(cfg, run_dir_root) / DEFAULT_ARTIFACTS_DIR).as_uri()
+    return None
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (``None`` for in-memory or other URIs)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///")
+    if not path or path == ":memory:":
+        return None
+    # sqlite:////abs/path keeps its leading slash; sqlite:///rel/path is relative.
+    return Path(path).resolve()
+
+
+def make_run_name(experiment_name: str, seed: int) -> str:
+    """``{experiment_name}_seed{seed}_{YYYYmmdd-HHMMSS}``, the guide's run name."""
+    return f"{experiment_name}_seed{seed}_{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def ensure_experiment(uri: str, name: str, artifact_location: str | None = None) -> str:
+    """Return the id of experiment ``name``, creating (or restoring a deleted) one.
+
+    ``artifact_location`` only applies when the experiment is created.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        if experiment.lifecycle_stage == "deleted":
+            client.restore_experiment(experiment.experiment_id)
+        return str(experiment.experiment_id)
+    try:
+        return str(client.create_experiment(name, artifact_location=artifact_location))
+    except MlflowException:
+        # Another sweep worker may have created it between the lookup and the create.
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return str(experiment.experiment_id)
+
+
+def mark_run_failed(run_id: str, uri: str, error: BaseException) -> None:
+    """Record ``error`` on run ``run_id`` and set its status to ``FAILED``.
+
+    The short error (``Type: message``) goes into the tag ``error``, the full traceback into
+    the artifact ``error.txt``. Meant for exception handlers, so it never raises: a store
+    that cannot be reached is reported as a warning and the original error stays visible.
+    """
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    summary = f"{type(error).__name__}: {error}"
+    details = "".join(traceback.format_exception(error))
+    steps = (
+        ("tag", lambda: client.set_tag(run_id, "error", summary[:_MAX_TAG_LENGTH])),
+        ("traceback", lambda: client.log_text(run_id, details, "error.txt")),
+        ("status", lambda: client.set_terminated(run_id, "FAILED")),
+    )
+    for what, step in steps:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - must not mask the training error
+            log.warning("could not record the %s of failed MLflow run %s: %s", what, run_id, exc)
+
+
+def _output_root(cfg: ExperimentConfig, run_dir_root: Path | None) -> Path:
+    return Path(run_dir_root if run_dir_root is not None else cfg.train.output_dir).resolve()

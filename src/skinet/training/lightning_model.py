@@ -1,0 +1,221 @@
+"""``LightningModel``: the shared train/val/test step, metrics and threshold selection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+from torchmetrics.classification import BinaryF1Score, BinaryJaccardIndex
+
+from skinet.config import ExperimentConfig, parse_config
+from skinet.keys import MetricsKey
+from skinet.models import UNet2D, compile_model, normalize_state_dict_keys
+from skinet.training.losses import build_loss
+from skinet.training.optim import build_lr_scheduler, build_optimizer
+from skinet.training.thresholds import ThresholdSweep
+
+CHECKPOINT_KEY = "skinet"
+"""Key of the checkpoint entry holding the resolved config and the chosen threshold."""
+
+DEFAULT_THRESHOLD = 0.5
+
+
+def _tensor_debug_summary(tensor: Tensor) -> str:
+    """Min, max, mean, std and non-finite count of a tensor, ignoring non-finite values."""
+    values = tensor.detach().float()
+    finite = values[torch.isfinite(values)]
+    non_finite = values.numel() - finite.numel()
+    if finite.numel() == 0:
+        return f"shape={tuple(values.shape)} all {values.numel()} values non-finite"
+    std = finite.std().item() if finite.numel() > 1 else 0.0
+    return (
+        f"shape={tuple(values.shape)} min={finite.min().item():.4g} max={finite.max().item():.4g} "
+        f"mean={finite.mean().item():.4g} std={std:.4g} "
+        f"non_finite={non_finite} (nan={torch.isnan(values).sum().item()}, "
+        f"inf={torch.isinf(values).sum().item()})"
+    )
+
+
+def _raise_if_non_finite(tensor: Tensor, name: str, batch_idx: int) -> None:
+    """Raise ``ValueError`` naming the tensor and batch when it holds NaN or Inf."""
+    if not bool(torch.isfinite(tensor).all()):
+        raise ValueError(
+            f"non-finite values in {name} at batch {batch_idx}: {_tensor_debug_summary(tensor)}"
+        )
+
+
+class LightningModel(L.LightningModule):
+    """UNet2D segmentation with BCE/Dice losses, Dice/IoU metrics and a threshold sweep.
+
+    Args:
+        config: The resolved experiment config as plain data (``ExperimentConfig.to_yaml_dict()``);
+            it is saved in every checkpoint so a checkpoint reloads on its own.
+
+    Batches are ``(images, masks)``: images ``(B, C, H, W)`` float and masks ``(B, 1, H, W)``
+    in {0, 1}.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.save_hyperparameters({"config": config})
+        self.cfg: ExperimentConfig = parse_config(config, "checkpoint config")
+        train_cfg = self.cfg.train
+        model = UNet2D(**self.cfg.model.model_dump())
+        if train_cfg.channels_last:
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        self.model = (
+            compile_model(model, train_cfg.torch_compile_backend)
+            if train_cfg.use_torch_compile
+            else model
+        )
+        self.loss_fn = build_loss(train_cfg.loss_name)
+        fixed = train_cfg.optimal_threshold
+        self.threshold_used: float = DEFAULT_THRESHOLD if fixed is None else fixed
+        self.optimal_threshold: float | None = fixed
+        self.threshold_curve: dict[str, Any] | None = None
+        self.train_dice, self.val_dice, self.test_dice = (BinaryF1Score() for _ in range(3))
+        self.train_iou, self.val_iou, self.test_iou = (BinaryJaccardIndex() for _ in range(3))
+        self.val_sweep = ThresholdSweep(fixed_threshold=fixed)
+        self.test_sweep = ThresholdSweep(fixed_threshold=self.threshold_used)
+
+    def forward(self, images: Tensor) -> Tensor:
+        """Raw logits ``(B, num_output_classes, H, W)``."""
+        if self.cfg.train.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return self.model(images)
+
+    def _get_probs_and_preds(self, logits: Tensor, threshold: float) -> tuple[Tensor, Tensor]:
+        """The only place sigmoid is applied: probabilities and binary predictions."""
+        probs = torch.sigmoid(logits.float())
+        return probs, (probs >= threshold).long()
+
+    def _shared_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, prefix: str) -> dict:
+        images, masks = batch
+        _raise_if_non_finite(images, f"{prefix}/image", batch_idx)
+        _raise_if_non_finite(masks, f"{prefix}/mask", batch_idx)
+        logits = self(images)
+        _raise_if_non_finite(logits, f"{prefix}/logits", batch_idx)
+        loss = self.loss_fn(logits.float(), masks.float())
+        _raise_if_non_finite(loss, f"{prefix}/loss", batch_idx)
+        probs, preds = self._get_probs_and_preds(logits.detach(), self.threshold_used)
+        targets = masks.long()
+        dice, iou = getattr(self, f"{prefix}_dice"), getattr(self, f"{prefix}_iou")
+        dice.update(preds, targets)
+        iou.update(preds, targets)
+        batch_size = images.shape[0]
+        self.log(
+            f"{prefix}_loss",
+            loss,
+            on_step=False,
+            on_epoch=True,
+            batch_size=batch_size,
+            prog_bar=True,
+            sync_dist=True,
+        )
+        self.log(
+            f"{prefix}_dice",
+            dice,
+            on_step=False,
+            on_epoch=True,
+            batch_size=batch_size,
+            prog_bar=prefix != "train",
+        )
+        self.log(f"{prefix}_iou", iou, on_step=False, on_epoch=True, batch_size=batch_size)
+        return {"loss": loss, "probs": probs, "targets": targets}
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        return self._shared_step(batch, batch_idx, "train")["loss"]
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        out = self._shared_step(batch, batch_idx, "val")
+        self.val_sweep.update(out["probs"], out["targets"])
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        out = self._shared_step(batch, batch_idx, "test")
+        self.test_sweep.update(out["probs"], out["targets"])
+
+    def on_validation_epoch_end(self) -> None:
+        result = self.val_sweep.compute()
+        self.val_sweep.reset()
+        threshold_used = self.threshold_used
+        if not self.trainer.sanity_checking:
+            self.optimal_threshold = float(result.optimal_threshold)
+            self.threshold_curve = {
+                "thresholds": [float(t) for t in result.thresholds],
+                "dice": [float(d) for d in result.dice_per_threshold],
+                "optimal_threshold": self.optimal_threshold,
+                "swept": self.cfg.train.optimal_threshold is None,
+            }
+            # The next epochs (and the test of this checkpoint) use the threshold found here.
+            self.threshold_used = self.optimal_threshold
+        self.log_dict(
+            {
+                MetricsKey.VAL_BEST_DICE_AT_THRESHOLD.value: float(result.best_dice),
+                MetricsKey.VAL_MEAN_DICE_PER_IMAGE.value: float(result.mean_dice_per_image),
+                MetricsKey.VAL_MEAN_IOU_PER_IMAGE.value: float(result.mean_iou_per_image),
+                MetricsKey.VAL_OPTIMAL_THRESHOLD.value: float(result.optimal_threshold),
+                MetricsKey.VAL_DICE_THRESHOLD_GAIN.value: float(result.dice_threshold_gain),
+                MetricsKey.VAL_THRESHOLD_USED.value: float(threshold_used),
+            },
+            prog_bar=False,
+        )
+
+    def on_test_epoch_start(self) -> None:
+        self.test_sweep = ThresholdSweep(fixed_threshold=self.threshold_used).to(self.device)
+
+    def on_test_epoch_end(self) -> None:
+        result = self.test_sweep.compute()
+        self.test_sweep.reset()
+        self.log_dict(
+            {
+                MetricsKey.TEST_MEAN_DICE_PER_IMAGE.value: float(result.mean_dice_per_image),
+                MetricsKey.TEST_MEAN_IOU_PER_IMAGE.value: float(result.mean_iou_per_image),
+                MetricsKey.TEST_THRESHOLD_USED.value: float(self.threshold_used),
+            }
+        )
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
+        if scaler is not None:
+            self.log(
+                MetricsKey.GRAD_SCALE.value, float(scaler.get_scale()), on_step=True, on_epoch=False
+            )
+
+    def configure_optimizers(self) -> Any:
+        optimizer = build_optimizer(self.parameters(), self.cfg.train)
+        scheduler = build_lr_scheduler(optimizer, self.cfg.train)
+        if scheduler is None:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CHECKPOINT_KEY] = {
+            "config": self.hparams["config"],
+            "val_optimal_threshold": self.optimal_threshold,
+            "threshold_used": self.threshold_used,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Checkpoints written with and without torch.compile load into either kind of model.
+        if "state_dict" in checkpoint:
+            checkpoint["state_dict"] = self._match_compile_prefix(checkpoint["state_dict"])
+        saved = checkpoint.get(CHECKPOINT_KEY, {})
+        if saved.get("val_optimal_threshold") is not None:
+            self.optimal_threshold = float(saved["val_optimal_threshold"])
+            self.threshold_used = self.optimal_threshold
+
+    def _match_compile_prefix(self, state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Rename ``model.`` keys to this module's naming, compiled (``_orig_mod.``) or not."""
+        plain = normalize_state_dict_keys(state_dict)
+        if self.model is getattr(self.model, "_orig_mod", None) or not hasattr(
+            self.model, "_orig_mod"
+        ):
+            return plain
+        return {
+            (
+                "model._orig_mod." + key.removeprefix("model.") if key.startswith("model.") else key
+            ): v
+            for key, v in plain.items()
+        }

@@ -1,0 +1,49 @@
+"""An initialised MLflow SQLite database shared by the tracking tests."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def mlflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An initialised MLflow SQLite database; copying it skips the slow schema migrations."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.getbasetemp() / "mlflow_template.db"
+    if not path.exists():  # tests/callbacks may have made it already in this session
+        MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def sqlite_uri(tmp_path: Path, mlflow_db_template: Path) -> str:
+    """A fresh, initialised store in ``tmp_path``."""
+    dest = tmp_path / "store" / "mlflow.db"
+    dest.parent.mkdir(parents=True)
+    shutil.copyfile(mlflow_db_template, dest)
+    return f"sqlite:///{dest}"
+
+
+@pytest.fixture
+def config_from(tmp_path: Path) -> Any:
+    """``config_from(**mlflow_config) -> ExperimentConfig`` writing under ``tmp_path/runs``."""
+    from skinet.config import parse_config
+
+    def build(**mlflow_config: Any) -> Any:
+        return parse_config(
+            {
+                "TRAIN_CONFIG": {
+                    "experiment_name": "tiny",
+                    "output_dir": str(tmp_path / "runs"),
+                    "accelerator": "cpu",
+                    "mlflow_config": mlflow_config,
+                }
+            }
+        )
+
+    return build

@@ -1,0 +1,161 @@
+"""train_and_evaluate end to end: metrics, reproducibility, resume, the CLI and DDP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from skinet.cli import main
+from skinet.config import parse_config
+from skinet.training import ResumeError, train_and_evaluate
+from skinet.training.run import run_training
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _offline(raw: dict[str, Any], **train: Any) -> dict[str, Any]:
+    raw["TRAIN_CONFIG"].update({"use_mlflow_logger": False, **train})
+    return raw
+
+
+def test_train_and_evaluate_returns_val_and_test_metrics(tiny_raw: dict[str, Any]) -> None:
+    result = run_training(parse_config(tiny_raw), visualize=True)
+    metrics = result.metrics
+    assert 0.0 <= metrics["val_best_dice_at_threshold"] <= 1.0
+    for name in ("test_dice", "test_iou", "test_mean_dice_per_image", "test_mean_iou_per_image"):
+        assert 0.0 <= metrics[name] <= 1.0
+    assert result.best_checkpoint is not None and result.best_checkpoint.is_file()
+    assert (result.run_dir / "config.yaml").is_file()
+    assert (result.run_dir / "augmented_samples.png").is_file()
+    summary = json.loads((result.run_dir / "metrics.json").read_text())
+    assert summary["metrics"]["test_dice"] == metrics["test_dice"]
+    checkpoint = torch.load(result.best_checkpoint, map_location="cpu", weights_only=False)
+    assert checkpoint["skinet"]["config"]["MODEL_CONFIG"]["out_channels_layer1"] == 8
+    assert checkpoint["skinet"]["val_optimal_threshold"] is not None
+
+
+def test_same_seed_gives_identical_metrics(tiny_raw: dict[str, Any]) -> None:
+    raw = _offline(tiny_raw)
+    first = train_and_evaluate(parse_config(raw), visualize=False)
+    second = train_and_evaluate(parse_config(raw), visualize=True)
+
+    def model_metrics(metrics: dict[str, float]) -> dict[str, float]:
+        return {k: v for k, v in metrics.items() if not k.startswith(("perf/", "system/"))}
+
+    assert "val_best_dice_at_threshold" in model_metrics(first)
+    assert model_metrics(first) == model_metrics(second)
+
+
+def test_resume_continues_from_the_checkpoint_epoch(tiny_raw: dict[str, Any]) -> None:
+    raw = _offline(tiny_raw, max_epochs=1, use_early_stopping=False)
+    first = run_training(parse_config(raw), visualize=False)
+    last = first.run_dir / "checkpoints" / "last.ckpt"
+    assert last.is_file()
+
+    raw["TRAIN_CONFIG"]["max_epochs"] = 3
+    resumed = run_training(parse_config(raw), visualize=False, resume="last")
+    assert resumed.run_dir == first.run_dir
+    assert resumed.epochs_trained == 3
+    checkpoint = torch.load(last, map_location="cpu", weights_only=False)
+    assert checkpoint["epoch"] == 2
+    assert checkpoint["optimizer_states"] and checkpoint["lr_schedulers"]
+
+
+def test_resume_past_max_epochs_is_a_clear_error(tiny_raw: dict[str, Any]) -> None:
+    raw = _offline(tiny_raw, max_epochs=2, use_early_stopping=False)
+    first = run_training(parse_config(raw), visualize=False)
+    raw["TRAIN_CONFIG"]["max_epochs"] = 2
+    with pytest.raises(ResumeError, match=r"already trained 2 epoch\(s\).*max_epochs above 2"):
+        train_and_evaluate(parse_config(raw), resume=first.run_dir / "checkpoints" / "last.ckpt")
+    with pytest.raises(ResumeError, match="not found"):
+        train_and_evaluate(parse_config(raw), resume=first.run_dir / "nope.ckpt")
+
+
+def test_cli_train_prints_a_summary(tiny_raw: dict[str, Any], tmp_path: Path, capsys) -> None:
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(_offline(tiny_raw)))
+    code = main(["train", "--config", str(config), "--set", "TRAIN_CONFIG.max_epochs=1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "test_dice" in out and "best checkpoint" in out
+
+
+def test_cli_reports_config_errors(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("TRAIN_CONFIG:\n  batch_size: -3\n")
+    assert main(["train", "--config", str(config)]) == 2
+
+
+DDP_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import lightning as L
+    import torch.distributed as dist
+    from skinet.config import parse_config
+    from skinet.data import build_dataloaders
+    from skinet.training import LightningModel, configure_reproducibility, train_and_evaluate
+
+    raw, mode = json.loads(sys.argv[1]), sys.argv[2]
+    cfg = parse_config(raw)
+    if mode == "validate":
+        # Same seed, same initial weights: only the metric aggregation differs between runs.
+        configure_reproducibility(cfg)
+        loaders = build_dataloaders(cfg, world_size=cfg.train.ddp_processes_per_node)
+        model = LightningModel(cfg.to_yaml_dict())
+        trainer = L.Trainer(accelerator="cpu", strategy=cfg.train.strategy,
+                            devices=cfg.train.devices, logger=False, enable_progress_bar=False)
+        trainer.validate(model, loaders.val, verbose=False)
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    else:
+        metrics = train_and_evaluate(cfg, visualize=False)
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print("METRICS=" + json.dumps(metrics))
+    """
+)
+
+
+def _run_script(raw: dict[str, Any], tmp_path: Path, mode: str) -> dict[str, float]:
+    script = tmp_path / "ddp_run.py"
+    script.write_text(DDP_SCRIPT)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK"}
+        and not k.startswith("PL_")
+    }
+    proc = subprocess.run(
+        [sys.executable, str(script), json.dumps(raw), mode],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("METRICS="))
+    return json.loads(line.removeprefix("METRICS="))
+
+
+def test_ddp_validation_sums_counts_across_ranks(tiny_raw: dict[str, Any], tmp_path: Path) -> None:
+    raw = _offline(tiny_raw)
+    single = _run_script(raw, tmp_path, "validate")
+    raw["TRAIN_CONFIG"].update({"strategy": "ddp", "devices": 2})
+    ddp = _run_script(raw, tmp_path, "validate")
+    for name in ("val_best_dice_at_threshold", "val_mean_dice_per_image", "val_optimal_threshold"):
+        assert ddp[name] == pytest.approx(single[name], abs=1e-6), name
+
+
+def test_ddp_two_cpu_processes_train_end_to_end(tiny_raw: dict[str, Any], tmp_path: Path) -> None:
+    raw = _offline(tiny_raw, max_epochs=1, strategy="ddp", devices=2)
+    metrics = _run_script(raw, tmp_path, "train")
+    assert 0.0 <= metrics["test_dice"] <= 1.0
+    assert "val_best_dice_at_threshold" in metrics
