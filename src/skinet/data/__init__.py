@@ -1,0 +1,40 @@
+"""Data pipeline: discovery of image/mask pairs per layout, dataset + RAM cache, transforms,
+loaders, synthetic data, statistics, visualisation and download."""
+
+from skinet.data.dataset import SegmentationDataset
+from skinet.data.errors import DatasetError, Problem
+from skinet.data.layouts import DatasetIndex, Sample, read_layout, resolve_data_root
+from skinet.data.loaders import (
+    DataLoaders,
+    RepeatDataLoader,
+    build_dataloaders,
+    build_dataset,
+    resolve_root,
+    seed_worker,
+    verify_dataset,
+)
+from skinet.data.synthetic import make_synthetic_dataset
+from skinet.data.transforms import Normalizer, build_normalizer, build_train_transform
+from skinet.data.visualize import visualize_augmented_data
+
+__all__ = [
+    "DataLoaders",
+    "DatasetError",
+    "DatasetIndex",
+    "Normalizer",
+    "Problem",
+    "RepeatDataLoader",
+    "Sample",
+    "SegmentationDataset",
+    "build_dataloaders",
+    "build_dataset",
+    "build_normalizer",
+    "build_train_transform",
+    "make_synthetic_dataset",
+    "read_layout",
+    "resolve_data_root",
+    "resolve_root",
+    "seed_worker",
+    "verify_dataset",
+    "visualize_augmented_data",
+]

@@ -1,0 +1,165 @@
+"""``skinet data verify|stats|download``: argument parsing and one call per subcommand.
+
+The main ``skinet`` CLI wires these in with :func:`add_data_subcommands`; this module also runs
+on its own: ``python -m skinet.data.cli verify --config C``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from skinet.data.errors import DatasetError, Problem
+
+DATASETS = ("isic2017", "isic2018", "ph2", "folder", "synthetic")
+
+
+def add_data_subcommands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``data`` with its ``verify``, ``stats`` and ``download`` subcommands.
+
+    Each leaf parser sets ``func`` to its handler, which takes the parsed namespace and returns
+    the exit status.
+    """
+    data = subparsers.add_parser("data", help="check, describe and download datasets")
+    commands = data.add_subparsers(dest="data_command", required=True)
+
+    verify = commands.add_parser("verify", help="report every problem of a dataset, exit 1 if any")
+    _add_source_args(verify)
+    verify.add_argument(
+        "--no-decode", action="store_true", help="only check pairing (skip decoding every file)"
+    )
+    verify.set_defaults(func=run_verify)
+
+    stats = commands.add_parser("stats", help="per-channel mean/std of the training images")
+    _add_source_args(stats)
+    stats.add_argument(
+        "--split", default="train", choices=("train", "val", "test", "all"), help="images to use"
+    )
+    stats.set_defaults(func=run_stats)
+
+    download = commands.add_parser("download", help="download the official ISIC archives")
+    download.add_argument("dataset", choices=("isic2017", "isic2018"))
+    download.add_argument("--dest", default=None, help="target folder (default data/<dataset>)")
+    download.add_argument("--base-url", default=None, help="mirror replacing the ISIC S3 bucket")
+    download.add_argument("--keep-archives", action="store_true", help="keep the zip files")
+    download.set_defaults(func=run_download)
+    return data
+
+
+def _add_source_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, help="experiment YAML (uses its DATA_CONFIG)")
+    parser.add_argument("--data-dir", default=None, help="dataset folder (instead of --config)")
+    parser.add_argument("--dataset", default="isic2017", choices=DATASETS, help="layout name")
+    parser.add_argument("--mask-suffix", default="_segmentation", help="folder layout only")
+
+
+def _data_config(args: argparse.Namespace):  # -> DataConfig
+    from skinet.config import DataConfig, load_config
+
+    if args.config:
+        data = load_config(args.config).data
+        if args.data_dir:
+            data = data.model_copy(update={"data_dir": args.data_dir})
+        return data
+    if not args.data_dir:
+        raise SystemExit("give --config or --data-dir")
+    return DataConfig(
+        dataset=args.dataset,
+        data_dir=str(Path(args.data_dir).resolve()),
+        mask_suffix=args.mask_suffix,
+    )
+
+
+def run_verify(args: argparse.Namespace, console: Console | None = None) -> int:
+    """Print every problem of the dataset; 0 when it is clean, 1 otherwise."""
+    from skinet.data.loaders import index_dataset, verify_dataset
+
+    console = console or Console(stderr=False)
+    data = _data_config(args)
+    problems = verify_dataset(data, decode=not args.no_decode)
+    if problems:
+        _print_problems(console, problems)
+        return 1
+    layouts_logger = logging.getLogger("skinet.data.layouts")
+    level = layouts_logger.level
+    layouts_logger.setLevel(logging.ERROR)  # the carving warning was already shown once
+    try:
+        _, splits = index_dataset(data)
+    finally:
+        layouts_logger.setLevel(level)
+    sizes = ", ".join(f"{name} {len(pairs)}" for name, pairs in splits.items())
+    console.print(f"[green]OK[/green] {data.dataset} dataset: {sizes}")
+    return 0
+
+
+def _print_problems(console: Console, problems: list[Problem]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{len(problems)} problem(s)", title_style="bold red")
+    table.add_column("split")
+    table.add_column("file", overflow="fold")
+    table.add_column("problem", overflow="fold")
+    for problem in problems:
+        table.add_row(problem.split or "", escape(str(problem.path)), escape(problem.message))
+    console.print(table)
+
+
+def run_stats(args: argparse.Namespace, console: Console | None = None) -> int:
+    """Print the mean/std of the chosen split's images as a ``DATA_CONFIG`` YAML block."""
+    from skinet.data.loaders import index_dataset
+    from skinet.data.stats import compute_channel_stats
+
+    console = console or Console()
+    _, splits = index_dataset(_data_config(args))
+    names = list(splits) if args.split == "all" else [args.split]
+    paths = [s.image_path for name in names for s in splits.get(name, [])]
+    stats = compute_channel_stats(paths)
+    print(stats.to_yaml(), end="")
+    return 0
+
+
+def run_download(args: argparse.Namespace, console: Console | None = None) -> int:
+    """Download, check and unpack the official archives of an ISIC dataset."""
+    from skinet.data.download import ISIC_BASE_URL, DownloadError, download_dataset
+
+    console = console or Console()
+    dest = Path(args.dest or f"data/{args.dataset}")
+    try:
+        download_dataset(
+            args.dataset,
+            dest,
+            base_url=args.base_url or ISIC_BASE_URL,
+            keep_archives=args.keep_archives,
+        )
+    except DownloadError as exc:
+        console.print(f"[bold red]download failed:[/bold red] {escape(str(exc))}")
+        return 1
+    console.print(f"[green]OK[/green] {args.dataset} is in {dest}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m skinet.data.cli``."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    parser = argparse.ArgumentParser(prog="skinet")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_data_subcommands(subparsers)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] != "data":
+        argv = ["data", *argv]
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except DatasetError as exc:
+        Console().print(f"[bold red]{escape(str(exc))}[/bold red]")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

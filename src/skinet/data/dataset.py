@@ -1,0 +1,162 @@
+"""The segmentation dataset, with an optional RAM cache of decoded, resized samples.
+
+The cache is two contiguous uint8 arrays, images (N, H, W, 3) and masks (N, H, W), never one
+Python object per sample. Forked DataLoader workers share those pages copy-on-write; a list of
+per-sample arrays would instead have its reference counts touched on every access, which dirties
+(copies) the pages holding the object headers in every worker, so worker RSS would grow each epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import albumentations as A
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from skinet.data.errors import Problem
+from skinet.data.io import load_pair, load_pair_or_raise
+from skinet.data.layouts import Sample
+from skinet.data.transforms import Normalizer
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_MIN_SAMPLES = 200
+"""Splits at least this large show a progress bar while they are decoded."""
+
+
+@dataclass
+class DecodedSplit:
+    """Result of decoding one split: arrays when cached, and every problem found."""
+
+    images: np.ndarray | None
+    masks: np.ndarray | None
+    problems: list[Problem]
+
+
+def _decode_threads() -> int:
+    # OpenCV releases the GIL while decoding and resizing, so threads scale without pickling.
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2))
+
+
+def decode_split(
+    samples: Sequence[Sample],
+    image_size: int,
+    *,
+    keep: bool,
+    split: str | None = None,
+    description: str | None = None,
+) -> DecodedSplit:
+    """Decode, check and resize every pair; keep the pixels only when ``keep`` (the RAM cache).
+
+    All pairs are visited even after a problem, so the caller can report every bad file at once.
+    """
+    count = len(samples)
+    images = np.empty((count, image_size, image_size, 3), np.uint8) if keep else None
+    masks = np.empty((count, image_size, image_size), np.uint8) if keep else None
+    problems: list[Problem] = []
+
+    def work(i: int) -> list[Problem]:
+        result = load_pair(samples[i].image_path, samples[i].mask_path, image_size, split)
+        if isinstance(result, list):
+            return result
+        if images is not None and masks is not None:
+            images[i], masks[i] = result
+        return []
+
+    with ThreadPoolExecutor(_decode_threads()) as pool:
+        results: Iterator[list[Problem]] = pool.map(work, range(count))
+        if count >= PROGRESS_MIN_SAMPLES:
+            results = _with_progress(results, count, description or f"decoding {split or ''}")
+        for found in results:
+            problems += found
+    return DecodedSplit(images, masks, problems)
+
+
+def _with_progress(items: Iterator[list[Problem]], total: int, description: str) -> Iterator:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(description, total=total)
+        for item in items:
+            yield item
+            progress.advance(task)
+
+
+class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Image/mask pairs resized to ``image_size``, augmented and normalised.
+
+    Items are ``(image, mask)``: float32 (3, H, W) normalised and float32 (1, H, W) in {0, 1}.
+
+    Args:
+        samples: The pairs, in a fixed order.
+        image_size: Side of the square the pairs are resized to once.
+        normalizer: uint8 RGB -> normalised float32 CHW.
+        transform: Albumentations pipeline applied to uint8 image and {0,1} mask (training only).
+        images: Cached uint8 (N, H, W, 3) array; ``None`` reads from disk per access.
+        masks: Cached uint8 (N, H, W) array in {0, 1}; given together with ``images``.
+        split: Name used in messages.
+    """
+
+    def __init__(
+        self,
+        samples: Sequence[Sample],
+        image_size: int,
+        normalizer: Normalizer,
+        transform: A.Compose | Callable[..., dict] | None = None,
+        images: np.ndarray | None = None,
+        masks: np.ndarray | None = None,
+        split: str = "",
+    ) -> None:
+        if (images is None) != (masks is None):
+            raise ValueError("images and masks must be cached together")
+        if (
+            images is not None
+            and masks is not None
+            and not len(images) == len(masks) == len(samples)
+        ):
+            raise ValueError("cached arrays and samples differ in length")
+        self.samples = list(samples)
+        self.image_size = image_size
+        self.normalizer = normalizer
+        self.transform = transform
+        self.images = images
+        self.masks = masks
+        self.split = split
+
+    @property
+    def cached(self) -> bool:
+        """Whether pixels come from the RAM cache."""
+        return self.images is not None
+
+    @property
+    def cache_nbytes(self) -> int:
+        """Bytes held by the RAM cache (0 when not cached)."""
+        if self.images is None or self.masks is None:
+            return 0
+        return int(self.images.nbytes + self.masks.nbytes)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def load_raw(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """The resized, un-augmented uint8 image (H, W, 3) and {0,1} mask (H, W)."""
+        if self.images is not None and self.masks is not None:
+            return self.images[index], self.masks[index]
+        sample = self.samples[index]
+        return load_pair_or_raise(sample.image_path, sample.mask_path, self.image_size)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        image, mask = self.load_raw(index)
+        if self.transform is not None:
+            out = self.transform(image=image, mask=mask)
+            image, mask = out["image"], out["mask"]
+        image_chw = self.normalizer(np.asarray(image))
+        mask_1hw = (np.asarray(mask) > 0).astype(np.float32)[None]
+        return torch.from_numpy(image_chw), torch.from_numpy(np.ascontiguousarray(mask_1hw))

@@ -1,0 +1,70 @@
+"""Albumentations pipeline from ``TRANSFORM_CONFIG`` and normalisation to float tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import albumentations as A
+import numpy as np
+
+from skinet.config import ExperimentConfig, TransformConfig
+
+
+def resolve_transform_seed(transform_cfg: TransformConfig, fallback_seed: int) -> int:
+    """``seed_value``, else ``compose_kwargs["seed"]``, else ``TRAIN_CONFIG.seed``."""
+    if transform_cfg.seed_value is not None:
+        return transform_cfg.seed_value
+    if transform_cfg.compose_kwargs.get("seed") is not None:
+        return int(transform_cfg.compose_kwargs["seed"])
+    return fallback_seed
+
+
+def build_train_transform(cfg: ExperimentConfig) -> A.Compose:
+    """The seeded training augmentation pipeline of ``cfg.transform``.
+
+    The transforms were already checked against albumentations when the config was loaded.
+    """
+    transform_cfg = cfg.transform
+    transforms = [getattr(A, spec.name)(**spec.params) for spec in transform_cfg.train_transforms]
+    kwargs: dict[str, Any] = dict(transform_cfg.compose_kwargs)
+    kwargs["seed"] = resolve_transform_seed(transform_cfg, cfg.train.seed)
+    return A.Compose(transforms, **kwargs)
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """uint8 RGB (H, W, 3) -> float32 (3, H, W), by fixed mean/std or per image and channel."""
+
+    mode: Literal["standard", "image_per_channel"]
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    eps: float = 1e-6
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        pixels = image.astype(np.float32) * np.float32(1 / 255)
+        if self.mode == "standard":
+            mean = np.asarray(self.mean, np.float32)
+            std = np.asarray(self.std, np.float32)
+        else:
+            mean = pixels.mean(axis=(0, 1))
+            std = pixels.std(axis=(0, 1))
+        pixels -= mean
+        pixels /= np.maximum(std, self.eps)
+        return np.ascontiguousarray(pixels.transpose(2, 0, 1))
+
+    def denormalize(self, chw: np.ndarray) -> np.ndarray:
+        """Back to uint8 RGB (H, W, 3) for display (per-image mode is min-max stretched)."""
+        hwc = np.asarray(chw, np.float32).transpose(1, 2, 0)
+        if self.mode == "standard":
+            rgb = hwc * np.asarray(self.std, np.float32) + np.asarray(self.mean, np.float32)
+        else:
+            low, high = hwc.min(axis=(0, 1)), hwc.max(axis=(0, 1))
+            rgb = (hwc - low) / np.maximum(high - low, self.eps)
+        return np.clip(rgb * 255 + 0.5, 0, 255).astype(np.uint8)
+
+
+def build_normalizer(cfg: ExperimentConfig) -> Normalizer:
+    """The :class:`Normalizer` of ``DATA_CONFIG``."""
+    data = cfg.data
+    return Normalizer(data.normalization_mode, tuple(data.mean), tuple(data.std))  # type: ignore[arg-type]
