@@ -66,7 +66,10 @@ def find_last_checkpoint(output_dir: str | Path) -> Path:
 def _check_resume(checkpoint_path: Path, max_epochs: int) -> dict[str, Any]:
     if not checkpoint_path.is_file():
         raise ResumeError(f"checkpoint to resume from not found: {checkpoint_path}")
-    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+    try:
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise ResumeError(f"cannot read checkpoint {checkpoint_path}: {error}") from None
     done = int(checkpoint.get("epoch", -1)) + 1
     if done >= max_epochs:
         raise ResumeError(
