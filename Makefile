@@ -1,5 +1,5 @@
 # make run   : set up .venv, train + test on the built-in synthetic data, print where results are
-# make test  : set up .venv, lint (ruff), type-check (mypy), run the test suite
+# make test  : set up .venv, lint (ruff), type-check (mypy), build the docs, run the test suite
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -32,7 +32,7 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest
 
-test: lint typecheck pytest
+test: lint typecheck docs pytest
 
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html

@@ -20,7 +20,7 @@ class DataConfig(Section):
     """Dataset selection, data roots, splitting, resizing and normalisation."""
 
     dataset: DatasetName = "isic2017"
-    """Layout reader: ``isic2017``, ``isic2018``, ``ph2``, ``folder`` or ``synthetic``."""
+    """Layout reader, one of ``isic2017``, ``isic2018``, ``ph2``, ``folder`` or ``synthetic``."""
     data_dir: str | None = None
     """Dataset folder; relative paths are resolved against the data roots below (``None``:
     ``data/<dataset>``, ``data/synthetic_isic2017`` for ``synthetic``)."""

@@ -145,7 +145,7 @@ class TrainConfig(Section):
     num_nodes: int = Field(1, gt=0)
     """Machines in a multi-node run."""
     strategy: str = "auto"
-    """Lightning strategy: ``auto``, ``ddp``, ``ddp_spawn``, ..."""
+    """Lightning strategy (``auto``, ``ddp``, ``ddp_spawn``, ...)."""
     precision: Precision | None = None
     """``None`` = ``16-mixed`` on GPU/MPS, ``32-true`` on CPU."""
     deterministic: bool = True

@@ -61,7 +61,7 @@ class DatasetIndex:
     splits: dict[str, list[Sample]] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     official_split: bool = True
-    """Whether the splits came from the layout (``False``: carved by ``split_random_seed``)."""
+    """Whether the splits came from the layout (``False`` when carved by ``split_random_seed``)."""
 
 
 def _is_image(path: Path) -> bool:
