@@ -53,6 +53,16 @@ def synthetic_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def mlflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An initialised MLflow SQLite database; copying it skips the slow schema migrations."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.getbasetemp() / "mlflow_template.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
 @pytest.fixture
 def tiny_raw(tmp_path: Path, synthetic_root: Path) -> dict[str, Any]:
     """Plain-data tiny config reading the session's synthetic dataset."""

@@ -183,17 +183,6 @@ def trainer_factory(tmp_path: Path) -> Any:
     return lambda loggers, callbacks, **kw: make_trainer(loggers, callbacks, tmp_path, **kw)
 
 
-@pytest.fixture(scope="session")
-def mlflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An initialised MLflow SQLite database; copying it skips the slow schema migrations."""
-    from mlflow.tracking import MlflowClient
-
-    path = tmp_path_factory.getbasetemp() / "mlflow_template.db"
-    if not path.exists():  # tests/tracking may have made it already in this session
-        MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
-
-
 @pytest.fixture
 def copy_mlflow_db(mlflow_db_template: Path) -> Any:
     """``copy_mlflow_db(dest) -> "sqlite:///dest"``: a fresh, initialised store at ``dest``."""

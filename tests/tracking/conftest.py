@@ -9,17 +9,6 @@ from typing import Any
 import pytest
 
 
-@pytest.fixture(scope="session")
-def mlflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An initialised MLflow SQLite database; copying it skips the slow schema migrations."""
-    from mlflow.tracking import MlflowClient
-
-    path = tmp_path_factory.getbasetemp() / "mlflow_template.db"
-    if not path.exists():  # tests/callbacks may have made it already in this session
-        MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
-
-
 @pytest.fixture
 def sqlite_uri(tmp_path: Path, mlflow_db_template: Path) -> str:
     """A fresh, initialised store in ``tmp_path``."""
