@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lightning as L
+import mlflow
 import yaml
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
@@ -40,6 +41,8 @@ class SkiNetMLFlowLogger(MLFlowLogger):
         elif self.failed:
             status = "failed"
         try:
+            # Metrics are logged asynchronously (see build_mlflow_logger); land them first.
+            mlflow.flush_async_logging()
             super().finalize(status)
         except Exception as exc:
             if not self.failed:

@@ -118,6 +118,8 @@ def build_mlflow_logger(
         tags=tags,
         artifact_location=artifact_location,
         log_model=False,
+        # Metric writes go through MLflow's background queue instead of blocking each step.
+        synchronous=False,
     )
 
 

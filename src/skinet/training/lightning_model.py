@@ -38,12 +38,18 @@ def _tensor_debug_summary(tensor: Tensor) -> str:
     )
 
 
-def _raise_if_non_finite(tensor: Tensor, name: str, batch_idx: int) -> None:
-    """Raise ``ValueError`` naming the tensor and batch when it holds NaN or Inf."""
-    if not bool(torch.isfinite(tensor).all()):
-        raise ValueError(
-            f"non-finite values in {name} at batch {batch_idx}: {_tensor_debug_summary(tensor)}"
-        )
+def _raise_if_non_finite(tensors: dict[str, Tensor], batch_idx: int) -> None:
+    """Raise ``ValueError`` naming the first tensor (in order) holding NaN or Inf, and the batch.
+
+    All tensors are checked with one device synchronisation; the summary is built only on failure.
+    """
+    flags = torch.stack([torch.isfinite(t).all() for t in tensors.values()])
+    if bool(flags.all()):
+        return
+    name, tensor = next((n, t) for (n, t), ok in zip(tensors.items(), flags, strict=True) if not ok)
+    raise ValueError(
+        f"non-finite values in {name} at batch {batch_idx}: {_tensor_debug_summary(tensor)}"
+    )
 
 
 class LightningModel(L.LightningModule):
@@ -75,8 +81,13 @@ class LightningModel(L.LightningModule):
         self.threshold_used: float = DEFAULT_THRESHOLD if fixed is None else fixed
         self.optimal_threshold: float | None = fixed
         self.threshold_curve: dict[str, Any] | None = None
-        self.train_dice, self.val_dice, self.test_dice = (BinaryF1Score() for _ in range(3))
-        self.train_iou, self.val_iou, self.test_iou = (BinaryJaccardIndex() for _ in range(3))
+        # Inputs are already binary long tensors: skip torchmetrics' per-update torch.unique check.
+        self.train_dice, self.val_dice, self.test_dice = (
+            BinaryF1Score(validate_args=False) for _ in range(3)
+        )
+        self.train_iou, self.val_iou, self.test_iou = (
+            BinaryJaccardIndex(validate_args=False) for _ in range(3)
+        )
         self.val_sweep = ThresholdSweep(fixed_threshold=fixed)
         self.test_sweep = ThresholdSweep(fixed_threshold=self.threshold_used)
 
@@ -93,12 +104,18 @@ class LightningModel(L.LightningModule):
 
     def _shared_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, prefix: str) -> dict:
         images, masks = batch
-        _raise_if_non_finite(images, f"{prefix}/image", batch_idx)
-        _raise_if_non_finite(masks, f"{prefix}/mask", batch_idx)
         logits = self(images)
-        _raise_if_non_finite(logits, f"{prefix}/logits", batch_idx)
         loss = self.loss_fn(logits.float(), masks.float())
-        _raise_if_non_finite(loss, f"{prefix}/loss", batch_idx)
+        # Checked in data-flow order, so a NaN image is reported as the image, not the loss.
+        _raise_if_non_finite(
+            {
+                f"{prefix}/image": images,
+                f"{prefix}/mask": masks,
+                f"{prefix}/logits": logits.detach(),
+                f"{prefix}/loss": loss.detach(),
+            },
+            batch_idx,
+        )
         probs, preds = self._get_probs_and_preds(logits.detach(), self.threshold_used)
         targets = masks.long()
         dice, iou = getattr(self, f"{prefix}_dice"), getattr(self, f"{prefix}_iou")

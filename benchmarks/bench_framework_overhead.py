@@ -1,0 +1,406 @@
+"""Framework overhead: training images/s of SkiNet's Lightning fit loop vs a bare PyTorch loop.
+
+Usage::
+
+    python benchmarks/bench_framework_overhead.py                 # ~2-4 minutes on 2 CPU cores
+    python benchmarks/bench_framework_overhead.py --rounds 5 --epochs 4 --num-train 128
+    python benchmarks/bench_framework_overhead.py --variants skinet skinet-nolog lightning-min
+
+Both sides train the same ``UNet2D`` (from ``--config``, else the default config; same seed, so
+the same initial weights) with AdamW (``TRAIN_CONFIG.lr`` / ``weight_decay``) and
+``build_loss(TRAIN_CONFIG.loss_name)``, on the *same* ``DataLoader`` object (``build_dataloaders``
+on a synthetic dataset, RAM cache on, the config's workers, persistent). Variants:
+
+* ``bare``: ``model.train(); for images, masks in loader: zero_grad(set_to_none=True);
+  loss_fn(model(images), masks).backward(); optimizer.step()`` (always measured);
+* ``skinet``: ``trainer.fit`` of ``LightningModel`` on SkiNet's ``build_trainer`` with every
+  default callback of ``setup_logging_and_callbacks`` and MLflow to a temporary SQLite store;
+* ``skinet-nolog``: the same without a logger (``use_mlflow_logger: false``);
+* ``lightning-min``: ``LightningModel`` on a Trainer with no callback, logger, checkpointing or
+  progress bar (isolates the LightningModule step and Lightning's loop from the callbacks).
+
+Training epochs only: ``num_sanity_val_steps=0`` and ``limit_val_batches=1`` (one validation
+batch keeps ``EarlyStopping``, ``ModelCheckpoint`` and ``ReduceLROnPlateau`` working as in a real
+run), and the validation time (``on_validation_start`` .. ``on_validation_end``) is subtracted.
+``deterministic=False`` and ``precision=32-true`` on both sides. A SkiNet epoch is timed from
+``on_train_epoch_start`` to the next one (the last to ``on_train_end``), so per-epoch work after
+the last batch (epoch metrics, logger writes, saving checkpoints) counts as training; the
+"epoch-end ms/epoch" column shows it, so it can be spread over longer epochs, and the
+"batch-loop ratio" leaves it out. Fit start-up and fit-end work (MLflow run, model summary,
+plots) are reported separately as "fit fixed cost". Each variant runs ``--epochs`` epochs per
+round and the first is discarded (warm-up); the variants are interleaved for ``--rounds`` rounds,
+their order rotated each round (bare, skinet, nolog; skinet, nolog, bare; ...) because whichever
+ran right after another was measurably slower, and the medians over rounds are compared. Asserts
+nothing. The output of ``fit`` (model summary, progress bar, warnings) goes to /dev/null: the
+rich progress bar is still updated every step but draws no live display off a terminal
+(``--show-fit-output`` measures it as drawn in yours).
+
+The script re-executes itself with ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647``:
+glibc otherwise returns freed blocks to the system and page-faults them back every step, which
+dominates CPU timings (see ENVIRONMENT.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "2147483647"}
+VARIANTS = ("skinet", "skinet-nolog", "lightning-min")
+GOAL = 0.90  # SkiNet within 10% of the bare loop
+
+
+def reexec_with_malloc_env() -> None:
+    """Restart once with glibc's allocator told to keep freed memory (read only at start-up)."""
+    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
+        return
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_ENV})
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, help="YAML whose MODEL/TRAIN settings to use")
+    parser.add_argument("--image-size", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--num-train", type=int, default=64, help="synthetic training images")
+    parser.add_argument("--epochs", type=int, default=3, help="per variant and round; 1st dropped")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="a multiple of len(variants) + 1 balances the order"
+    )
+    parser.add_argument("--num-workers", type=int, help="default: the config's (CPU count)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=["skinet", "skinet-nolog"],
+        help="SkiNet variants measured against the bare loop",
+    )
+    parser.add_argument(
+        "--show-fit-output",
+        action="store_true",
+        help="let the progress bar and warnings of trainer.fit reach stderr (default: discarded)",
+    )
+    args = parser.parse_args()
+    if args.epochs < 2:
+        parser.error("--epochs must be >= 2 (the first epoch is discarded)")
+    if args.num_train < args.batch_size:
+        parser.error("--num-train must be >= --batch-size")
+    return args
+
+
+@dataclass
+class Measurement:
+    """Epoch times of one variant in one round (warm-up epoch already removed)."""
+
+    epoch_s: list[float]
+    images: list[int]
+    loop_s: list[float] = field(default_factory=list)  # first batch start .. last batch end
+    fit_fixed_s: float | None = None  # trainer.fit wall time minus all epochs
+
+    @property
+    def images_per_sec(self) -> float:
+        return sum(self.images) / sum(self.epoch_s)
+
+    @property
+    def loop_images_per_sec(self) -> float:
+        """Images/s of the batch loops alone (the bare loop has nothing else)."""
+        return sum(self.images) / sum(self.loop_s or self.epoch_s)
+
+    @property
+    def epoch_end_ms(self) -> float | None:
+        """Mean per-epoch time outside the batch loop (epoch-end hooks, logging, checkpoint)."""
+        if not self.loop_s:
+            return None
+        return 1000 * statistics.mean(e - b for e, b in zip(self.epoch_s, self.loop_s, strict=True))
+
+
+def main() -> None:
+    args = parse_args()
+    reexec_with_malloc_env()
+
+    import lightning as L
+    import torch
+    import yaml
+    from lightning.pytorch.callbacks import Callback
+
+    from skinet.callbacks import setup_logging_and_callbacks
+    from skinet.config import parse_config
+    from skinet.data import build_dataloaders
+    from skinet.models import UNet2D, compile_model
+    from skinet.training.lightning_model import LightningModel
+    from skinet.training.losses import build_loss
+    from skinet.training.run import build_trainer
+
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "mlflow"):
+        logging.getLogger(name).setLevel(logging.WARNING)  # "GPU available: ..." per Trainer
+
+    if args.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(args.device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    tmp = tempfile.TemporaryDirectory(prefix="bench_framework_overhead_")
+    root = Path(tmp.name)
+    base = yaml.safe_load(args.config.read_text()) if args.config else {}
+
+    def make_config(variant: str, round_index: int) -> Any:
+        raw = {k: dict(v) for k, v in (base or {}).items()}
+        train = raw.setdefault("TRAIN_CONFIG", {})
+        train.update(
+            accelerator="gpu" if device.type == "cuda" else "cpu",
+            devices=1,
+            strategy="auto",
+            precision="32-true",
+            deterministic=False,
+            batch_size=args.batch_size,
+            cache_in_ram=True,
+            max_epochs=args.epochs,
+            limit_train_batches=None,
+            # One validation batch keeps EarlyStopping, ModelCheckpoint and ReduceLROnPlateau
+            # working as in a real run; its time is subtracted (training epochs only).
+            limit_val_batches=1,
+            num_sanity_val_steps=0,
+            output_dir=str(root / "runs"),
+            experiment_name="bench_framework_overhead",
+        )
+        train["mlflow_config"] = {
+            **train.get("mlflow_config", {}),
+            "tracking_uri": f"sqlite:///{root / 'mlflow.db'}",
+            "run_name": f"{variant}_round{round_index}",
+        }
+        if args.num_workers is not None:
+            train["num_workers"] = args.num_workers
+        if variant != "skinet":
+            train["use_mlflow_logger"] = False
+        if variant == "lightning-min":
+            train.update(use_checkpoint=False, enable_progress_bar=False)
+        raw["DATA_CONFIG"] = {
+            **raw.get("DATA_CONFIG", {}),
+            "dataset": "synthetic",
+            "data_dir": str(root / "data"),
+            "image_size": args.image_size,
+            "synthetic_num_train": args.num_train,
+            "synthetic_num_val": args.batch_size,
+            "synthetic_num_test": args.batch_size,
+            "synthetic_image_size": args.image_size,
+            "max_samples_per_split": None,
+        }
+        return parse_config(raw, "bench_framework_overhead")
+
+    cfg = make_config("bare", 0)
+    torch.use_deterministic_algorithms(False)
+    started = time.perf_counter()
+    loaders = build_dataloaders(cfg)  # generates the synthetic set; the RAM cache is filled here
+    loader = loaders.train
+    print(
+        f"device={device} torch={torch.__version__} lightning={L.__version__} "
+        f"threads={torch.get_num_threads()} cpus={os.cpu_count()} "
+        f"MALLOC_MMAP_MAX_={os.environ.get('MALLOC_MMAP_MAX_')}\n"
+        f"model {cfg.model.encoder_residual_mode}:{cfg.model.merge_residual_mode} "
+        f"{cfg.model.out_channels_layer1}ch x{cfg.model.number_of_layers} layers; "
+        f"{args.image_size}x{args.image_size}, batch {args.batch_size}, {len(loader)} steps/epoch "
+        f"({len(loaders.train_dataset)} images, cache on, {loader.num_workers} workers); "
+        f"loss {cfg.train.loss_name}, AdamW lr={cfg.train.lr} wd={cfg.train.weight_decay}; "
+        f"{args.epochs} epochs/variant/round (1st dropped), {args.rounds} rounds; "
+        f"deterministic=False, precision=32-true, channels_last={cfg.train.channels_last}\n"
+        f"data ready in {time.perf_counter() - started:.1f} s; load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        flush=True,
+    )
+
+    def run_bare() -> Measurement:
+        torch.manual_seed(cfg.train.seed)
+        model: torch.nn.Module = UNet2D(**cfg.model.model_dump())
+        memory_format = torch.channels_last if cfg.train.channels_last else torch.preserve_format
+        model = model.to(device, memory_format=memory_format)
+        if cfg.train.use_torch_compile:
+            model = compile_model(model, cfg.train.torch_compile_backend)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
+        )
+        loss_fn = build_loss(cfg.train.loss_name).to(device)
+        epoch_s, images_seen = [], []
+        for _ in range(args.epochs):
+            model.train()
+            sync()
+            start = time.perf_counter()
+            count = 0
+            for images, masks in loader:
+                images = images.to(device, non_blocking=True)
+                masks = masks.to(device, non_blocking=True)
+                if cfg.train.channels_last:
+                    images = images.contiguous(memory_format=torch.channels_last)
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(model(images), masks)
+                loss.backward()
+                optimizer.step()
+                count += images.shape[0]
+            sync()
+            epoch_s.append(time.perf_counter() - start)
+            images_seen.append(count)
+        return Measurement(epoch_s[1:], images_seen[1:])
+
+    class EpochTimer(Callback):
+        """Epoch boundaries, batch-loop ends and validation time of a fit (CUDA-synchronised)."""
+
+        def __init__(self) -> None:
+            self.starts: list[float] = []
+            self.loop_ends: list[float] = []
+            self.val_s: list[float] = []
+            self.images: list[int] = []
+            self.end = 0.0
+            self._val_start = 0.0
+
+        def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            sync()
+            self.starts.append(time.perf_counter())
+            self.images.append(0)
+            self.loop_ends.append(float("nan"))
+            self.val_s.append(0.0)
+
+        def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            sync()
+            self._val_start = time.perf_counter()
+
+        def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            # Lightning runs ModelCheckpoint's hooks after every other callback's, so saving
+            # checkpoints stays in the training time; EarlyStopping's check falls in here.
+            sync()
+            self.val_s[-1] += time.perf_counter() - self._val_start
+
+        def on_train_batch_end(
+            self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        ) -> None:
+            self.images[-1] += int(batch[0].shape[0])
+            if batch_idx == trainer.num_training_batches - 1:
+                sync()
+                self.loop_ends[-1] = time.perf_counter()
+
+        def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            sync()
+            self.end = time.perf_counter()
+
+    def run_skinet(variant: str, round_index: int) -> Measurement:
+        vcfg = make_config(variant, round_index)
+        run_name = vcfg.train.mlflow_config.run_name
+        run_dir = root / "runs" / run_name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(vcfg.train.seed)
+        model = LightningModel(vcfg.to_yaml_dict())
+        loggers, callbacks = [], []
+        if variant != "lightning-min":
+            loggers, callbacks = setup_logging_and_callbacks(vcfg, run_dir, run_name)
+        timer = EpochTimer()
+        if variant != "lightning-min":
+            trainer = build_trainer(
+                vcfg, run_dir, loggers, [*callbacks, timer], deterministic=False
+            )
+        else:
+            trainer = L.Trainer(
+                accelerator=vcfg.train.resolved_accelerator,
+                devices=1,
+                precision="32-true",
+                deterministic=False,
+                max_epochs=args.epochs,
+                logger=False,
+                callbacks=[timer],
+                default_root_dir=run_dir,
+                num_sanity_val_steps=0,
+                limit_val_batches=1,  # ReduceLROnPlateau needs the validation metric
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+            )
+        sink = contextlib.nullcontext() if args.show_fit_output else _discard_output()
+        with sink:
+            fit_start = time.perf_counter()
+            trainer.fit(model, loader, loaders.val)
+            fit_s = time.perf_counter() - fit_start
+        bounds = [*timer.starts, timer.end]
+        epoch_s = [b - a - v for a, b, v in zip(bounds, bounds[1:], timer.val_s, strict=False)]
+        loop_s = [e - s for s, e in zip(timer.starts, timer.loop_ends, strict=True)]
+        if len(epoch_s) != args.epochs:
+            raise RuntimeError(f"{variant}: {len(epoch_s)} epochs ran, expected {args.epochs}")
+        fixed_s = fit_s - sum(epoch_s) - sum(timer.val_s)
+        return Measurement(epoch_s[1:], timer.images[1:], loop_s[1:], fixed_s)
+
+    results: dict[str, list[Measurement]] = {v: [] for v in ["bare", *args.variants]}
+    order = list(results)
+    for round_index in range(1, args.rounds + 1):
+        # Rotating the order each round spreads position effects (the run right after another
+        # variant was measurably slower) evenly over the variants.
+        shift = (round_index - 1) % len(order)
+        for variant in order[shift:] + order[:shift]:
+            if variant == "bare":
+                results[variant].append(run_bare())
+            else:
+                results[variant].append(run_skinet(variant, round_index))
+        line = " | ".join(f"{v} {m[-1].images_per_sec:.2f}" for v, m in results.items())
+        print(f"round {round_index}: images/s {line}", flush=True)
+
+    bare = statistics.median(m.images_per_sec for m in results["bare"])
+    print(
+        f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+        "\n| variant | median images/s | ratio to bare | per-round ratios "
+        "| batch-loop ratio | epoch-end ms/epoch | fit fixed cost s |\n"
+        "|---|---:|---:|---|---:|---:|---:|"
+    )
+    bare_loop = statistics.median(m.loop_images_per_sec for m in results["bare"])
+    for variant, measurements in results.items():
+        speed = statistics.median(m.images_per_sec for m in measurements)
+        per_round = " ".join(
+            f"{m.images_per_sec / b.images_per_sec:.3f}"
+            for m, b in zip(measurements, results["bare"], strict=True)
+        )
+        loop = statistics.median(m.loop_images_per_sec for m in measurements) / bare_loop
+        ends = [m.epoch_end_ms for m in measurements if m.epoch_end_ms is not None]
+        fixed = [m.fit_fixed_s for m in measurements if m.fit_fixed_s is not None]
+        print(
+            f"| {variant} | {speed:.2f} | {speed / bare:.3f} | {per_round} | {loop:.3f} "
+            f"| {f'{statistics.median(ends):.0f}' if ends else '-'} "
+            f"| {f'{statistics.median(fixed):.2f}' if fixed else '-'} |"
+        )
+    print(
+        "\nbatch-loop ratio: first batch to last batch of each epoch only (per-step overhead);"
+        "\nepoch-end work (checkpoints, epoch metrics, logger writes) weighs less in longer epochs."
+        f"\ngoal: SkiNet within 10% of the bare loop (ratio >= {GOAL:.2f})"
+    )
+    for variant in args.variants:
+        ratio = statistics.median(m.images_per_sec for m in results[variant]) / bare
+        verdict = "met" if ratio >= GOAL else "NOT met"
+        change = (
+            f"{(1 - ratio) * 100:.1f}% slower" if ratio < 1 else f"{(ratio - 1) * 100:.1f}% faster"
+        )
+        print(f"  {variant}: {ratio:.3f} of bare ({change}) -> {verdict}")
+    tmp.cleanup()
+
+
+@contextlib.contextmanager
+def _discard_output():
+    """Send Python-level stdout/stderr of ``fit`` (model summary, progress bar, warnings) to
+    /dev/null. The bar is still built and updated, but rich draws no live display off a
+    terminal: ``--show-fit-output`` measures it as drawn in your terminal."""
+    with (
+        open(os.devnull, "w") as devnull,
+        contextlib.redirect_stdout(devnull),
+        contextlib.redirect_stderr(devnull),
+    ):
+        yield
+
+
+if __name__ == "__main__":
+    main()
