@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -97,9 +98,26 @@ def configure_logging(verbose: bool = False) -> None:
     if not any(isinstance(h, RichHandler) for h in root.handlers):
         handler = RichHandler(rich_tracebacks=False, show_path=False, log_time_format="[%X]")
         handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.addFilter(_drop_advertisements)
         root.addHandler(handler)
+    # Both configure their loggers at import; import them first so the settings below stick.
+    import lightning.pytorch  # noqa: F401
+    import mlflow  # noqa: F401
+
     for noisy in ("alembic", "mlflow", "urllib3", "matplotlib", "PIL"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Lightning attaches its own stream handlers; route its records through the one above.
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        lightning_logger = logging.getLogger(name)
+        lightning_logger.handlers.clear()
+        lightning_logger.propagate = True
+    # Raised inside Lightning by torch>=2.10; nothing a user can act on.
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated")
+
+
+def _drop_advertisements(record: logging.LogRecord) -> bool:
+    """Drop Lightning's tips about optional cloud services."""
+    return "Tip:" not in record.getMessage()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -214,7 +214,7 @@ def run_training(
     if trainer.is_global_zero:
         summary = {**asdict(result), "monitor": cfg.sweep.monitor}
         (run_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=str))
-    log.info("run %s finished: %s", run_name, json.dumps(result.metrics))
+    log.debug("run %s finished: %s", run_name, json.dumps(result.metrics))
     return result
 
 
