@@ -166,3 +166,37 @@ def test_stages_are_flat_module_lists() -> None:
     model = build_tiny()
     assert isinstance(model.encoder, nn.ModuleList) and isinstance(model.decoder, nn.ModuleList)
     assert all(".submodule." not in key for key in model.state_dict())
+
+
+def test_strided_pointwise_conv_matches_conv2d() -> None:
+    from torch import nn
+
+    from skinet.models.layers import StridedPointwiseConv2d
+
+    reference = nn.Conv2d(8, 16, 1, stride=2, bias=True)
+    conv = StridedPointwiseConv2d(8, 16, 1, stride=2, bias=True)
+    conv.load_state_dict(reference.state_dict())
+    images = torch.randn(2, 8, 33, 47)
+    assert conv(images).shape == reference(images).shape
+    torch.testing.assert_close(conv(images), reference(images))
+
+
+CHANNELS_LAST_BACKWARD = """
+import torch
+from skinet.models.encoder_blocks import He2EncoderBlock
+block = He2EncoderBlock(8, 16, 3, 2).to(memory_format=torch.channels_last)
+for _ in range(5):
+    images = torch.randn(8, 8, 128, 128).contiguous(memory_format=torch.channels_last)
+    block(images).sum().backward()
+"""
+
+
+def test_channels_last_backward_of_projection_shortcut_does_not_corrupt_memory() -> None:
+    # A strided 1x1 conv here crashed the process (heap corruption) on CPU; run it isolated.
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", CHANNELS_LAST_BACKWARD], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]

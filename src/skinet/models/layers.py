@@ -9,7 +9,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 NORM_LAYERS: dict[str, Any] = {
     "batchnorm": nn.BatchNorm2d,
@@ -40,9 +41,24 @@ def build_conv(
     With ``H`` a multiple of ``stride`` the output is exactly ``H / stride``. Bias defaults off
     because almost every conv here is followed by a norm layer.
     """
+    if kernel == 1 and stride > 1:
+        return StridedPointwiseConv2d(in_channels, out_channels, 1, stride=stride, bias=bias)
     return nn.Conv2d(
         in_channels, out_channels, kernel, stride=stride, padding=kernel // 2, bias=bias
     )
+
+
+class StridedPointwiseConv2d(nn.Conv2d):
+    """A strided 1x1 conv computed as subsampling followed by a stride-1 1x1 conv.
+
+    Same parameters, state-dict keys and outputs as ``nn.Conv2d(..., 1, stride=s)``. The CPU
+    backward of torch 2.13's strided 1x1 conv corrupts the heap on ``channels_last`` inputs for
+    some channel counts (e.g. 8 -> 16 at 128 x 128), so that kernel is never called.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        step = self.stride
+        return F.conv2d(x[:, :, :: step[0], :: step[1]], self.weight, self.bias)
 
 
 class ConvNormAct(nn.Sequential):
