@@ -129,6 +129,8 @@ def test_num_workers_divided_among_ddp_processes(monkeypatch: pytest.MonkeyPatch
     ddp = parse_config({"TRAIN_CONFIG": {"strategy": "ddp", "devices": 2, "accelerator": "cpu"}})
     assert ddp.train.num_workers == 4
     assert parse_config({"TRAIN_CONFIG": {"num_workers": 3}}).train.num_workers == 3
+    listed = {"strategy": "ddp", "devices": [0, 1, 2, 3], "accelerator": "cpu"}
+    assert parse_config({"TRAIN_CONFIG": listed}).train.num_workers == 2
 
 
 def test_t_max_follows_max_epochs() -> None:

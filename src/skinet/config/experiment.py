@@ -101,8 +101,12 @@ def _format_error(error: ValidationError, section_names: dict[str, str]) -> str:
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key (check the spelling against the docs)"
+        if path and message.startswith(path):
+            # The validator already named the exact entry (e.g. ``...train_transforms[2]``).
+            lines.extend(message.split("; "))
+            continue
         line = f"{path}: {message}" if path else message
-        if item["type"] != "missing" and "input" in item and not isinstance(item["input"], dict):
+        if item["type"] != "missing" and not isinstance(item.get("input"), dict | list | None):
             line += f" (got {item['input']!r})"
         lines.append(line)
     return "\n".join(lines)

@@ -140,7 +140,7 @@ class TrainConfig(Section):
     """Maximum training epochs."""
     accelerator: Accelerator = "auto"
     """``auto`` resolves to ``gpu``, ``mps`` or ``cpu``."""
-    devices: int | str = "auto"
+    devices: int | list[int] | str = "auto"
     """Devices per node (an int, ``"auto"`` or a list spec such as ``"0,1"``)."""
     num_nodes: int = Field(1, gt=0)
     """Machines in a multi-node run."""
@@ -219,6 +219,8 @@ class TrainConfig(Section):
             return 1
         if isinstance(self.devices, int):
             return max(1, self.devices)
+        if isinstance(self.devices, list):
+            return max(1, len(self.devices))
         if self.devices != "auto":
             return max(1, len([d for d in str(self.devices).split(",") if d.strip()]))
         if resolve_accelerator(self.accelerator) == "gpu":
