@@ -70,6 +70,25 @@ def test_resume_continues_from_the_checkpoint_epoch(tiny_raw: dict[str, Any]) ->
     assert checkpoint["optimizer_states"] and checkpoint["lr_schedulers"]
 
 
+def test_resume_continues_the_same_mlflow_run(tiny_raw: dict[str, Any]) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from skinet.tracking import resolve_tracking_uri
+
+    tiny_raw["TRAIN_CONFIG"].update({"max_epochs": 1, "use_early_stopping": False})
+    first = run_training(parse_config(tiny_raw), visualize=False)
+    tiny_raw["TRAIN_CONFIG"]["max_epochs"] = 2
+    cfg = parse_config(tiny_raw)
+    resumed = run_training(cfg, visualize=False, resume="last")
+
+    assert resumed.mlflow_run_id == first.mlflow_run_id
+    assert resumed.run_name == first.run_name
+    client = MlflowClient(resolve_tracking_uri(cfg))
+    history = client.get_metric_history(first.mlflow_run_id, "val_best_dice_at_threshold")
+    assert len(history) == 2
+    assert client.get_run(first.mlflow_run_id).info.status == "FINISHED"
+
+
 def test_resume_past_max_epochs_is_a_clear_error(tiny_raw: dict[str, Any]) -> None:
     raw = _offline(tiny_raw, max_epochs=2, use_early_stopping=False)
     first = run_training(parse_config(raw), visualize=False)

@@ -23,6 +23,7 @@ from skinet.tracking import (
     artifact_location_for,
     check_tracking_server,
     ensure_experiment,
+    reopen_run,
     resolve_tracking_uri,
 )
 
@@ -31,7 +32,11 @@ if TYPE_CHECKING:
 
 
 def setup_logging_and_callbacks(
-    cfg: ExperimentConfig, run_dir: Path, run_name: str, parent_run_id: str | None = None
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    run_name: str,
+    parent_run_id: str | None = None,
+    resume_run_id: str | None = None,
 ) -> tuple[list[Logger], list[Callback]]:
     """Build the loggers and callbacks selected by ``TRAIN_CONFIG``.
 
@@ -46,6 +51,7 @@ def setup_logging_and_callbacks(
         run_dir: This run's output folder.
         run_name: MLflow run name (see :func:`skinet.tracking.make_run_name`).
         parent_run_id: MLflow run to nest this run under (a sweep's parent run).
+        resume_run_id: An existing MLflow run to continue (resuming from a checkpoint).
 
     Raises:
         TrackingError: The MLflow server does not answer (checked before anything runs).
@@ -81,7 +87,7 @@ def setup_logging_and_callbacks(
             )
         )
     if train.use_mlflow_logger:
-        loggers.append(build_mlflow_logger(cfg, run_dir, run_name, parent_run_id))
+        loggers.append(build_mlflow_logger(cfg, run_dir, run_name, parent_run_id, resume_run_id))
         callbacks.append(MLflowTrainingArtifactsCallback(cfg))
     if train.use_litlogger_logger:
         loggers.append(build_litlogger(cfg, run_dir, run_name))
@@ -99,9 +105,17 @@ def setup_logging_and_callbacks(
 
 
 def build_mlflow_logger(
-    cfg: ExperimentConfig, run_dir: Path, run_name: str, parent_run_id: str | None = None
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    run_name: str,
+    parent_run_id: str | None = None,
+    resume_run_id: str | None = None,
 ) -> SkiNetMLFlowLogger:
-    """An MLflow logger on the resolved store; checks the server and creates the experiment."""
+    """An MLflow logger on the resolved store; checks the server and creates the experiment.
+
+    With ``resume_run_id`` the logger continues that run (set back to ``RUNNING``) when it still
+    exists in the store, so a resumed training keeps one metric history.
+    """
     mlflow_cfg = cfg.train.mlflow_config
     uri = resolve_tracking_uri(cfg)
     check_tracking_server(uri)
@@ -111,9 +125,11 @@ def build_mlflow_logger(
     tags = {"skinet.run_dir": str(Path(run_dir).resolve()), "skinet.seed": str(cfg.train.seed)}
     if parent_run_id is not None:
         tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
+    run_id = resume_run_id if resume_run_id and reopen_run(uri, resume_run_id) else None
     return SkiNetMLFlowLogger(
         experiment_name=experiment_name,
         run_name=run_name,
+        run_id=run_id,
         tracking_uri=uri,
         tags=tags,
         artifact_location=artifact_location,

@@ -9,6 +9,7 @@ from skinet.tracking.mlflow_utils import (
     resolve_tracking_uri,
     sqlite_path,
 )
+from skinet.tracking.runs import reopen_run
 from skinet.tracking.server import (
     LocalServer,
     check_tracking_server,
@@ -25,6 +26,7 @@ __all__ = [
     "find_free_port",
     "make_run_name",
     "mark_run_failed",
+    "reopen_run",
     "resolve_tracking_uri",
     "sqlite_path",
     "start_local_server",

@@ -89,6 +89,21 @@ def finish_run(uri: str, run_id: str, status: str = "FINISHED") -> None:
     _client(uri).set_terminated(run_id, status)
 
 
+def reopen_run(uri: str, run_id: str) -> bool:
+    """Set an existing run back to ``RUNNING``; ``False`` when the store no longer has it."""
+    from mlflow.exceptions import MlflowException
+
+    client = _client(uri)
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        return False
+    if run.info.lifecycle_stage != "active":
+        return False
+    client.update_run(run_id, status="RUNNING")
+    return True
+
+
 def log_params(uri: str, run_id: str, params: Mapping[str, Any]) -> None:
     """Log parameters; logging a key again with the same value is allowed, a new value is not."""
     from mlflow.entities import Param

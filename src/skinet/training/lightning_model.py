@@ -6,6 +6,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import MLFlowLogger
 from torch import Tensor
 from torchmetrics.classification import BinaryF1Score, BinaryJaccardIndex
 
@@ -212,6 +213,10 @@ class LightningModel(L.LightningModule):
             "config": self.hparams["config"],
             "val_optimal_threshold": self.optimal_threshold,
             "threshold_used": self.threshold_used,
+            # Lets a resumed run continue the same MLflow run.
+            "mlflow_run_id": next(
+                (lg.run_id for lg in self.loggers if isinstance(lg, MLFlowLogger)), None
+            ),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -64,6 +64,7 @@ def find_last_checkpoint(output_dir: str | Path) -> Path:
 
 
 def _check_resume(checkpoint_path: Path, max_epochs: int) -> dict[str, Any]:
+    """The checkpoint's contents, or a ResumeError when it is unreadable or already finished."""
     if not checkpoint_path.is_file():
         raise ResumeError(f"checkpoint to resume from not found: {checkpoint_path}")
     try:
@@ -152,11 +153,13 @@ def run_training(
     """
     train_cfg = cfg.train
     resume_path: Path | None = None
+    resume_run_id: str | None = None
     if resume is not None:
         resume_path = (
             find_last_checkpoint(train_cfg.output_dir) if str(resume) == "last" else Path(resume)
         )
-        _check_resume(resume_path, train_cfg.max_epochs)
+        saved = _check_resume(resume_path, train_cfg.max_epochs).get(CHECKPOINT_KEY, {})
+        resume_run_id = saved.get("mlflow_run_id")
 
     deterministic = configure_reproducibility(cfg)
     tracking_uri = resolve_tracking_uri(cfg) if train_cfg.use_mlflow_logger else None
@@ -170,6 +173,7 @@ def run_training(
     )
     if resume_path is not None and resume_path.parent.name == "checkpoints":
         run_dir = resume_path.parent.parent
+        run_name = run_dir.name
     else:
         run_dir = Path(train_cfg.output_dir) / run_name
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -181,7 +185,9 @@ def run_training(
         visualize_augmented_data(loaders.train_dataset, run_dir / "augmented_samples.png")
 
     model = LightningModel(cfg.to_yaml_dict())
-    loggers, callbacks = setup_logging_and_callbacks(cfg, run_dir, run_name, parent_run_id)
+    loggers, callbacks = setup_logging_and_callbacks(
+        cfg, run_dir, run_name, parent_run_id, resume_run_id
+    )
     trainer = build_trainer(cfg, run_dir, loggers, callbacks, deterministic)
 
     started = time.perf_counter()
