@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from skinet.config import ExperimentConfig
+from skinet.tracking import resolve_tracking_uri, sqlite_path
 
 if TYPE_CHECKING:
     from skinet.training.run import RunResult
@@ -45,6 +45,9 @@ def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
     console.print(f"best checkpoint:  {result.best_checkpoint}")
     if result.mlflow_run_id:
         console.print(f"MLflow run id:    {result.mlflow_run_id}")
-    if cfg.train.use_mlflow_logger and cfg.train.mlflow_config.tracking_uri is None:
-        db = Path(cfg.train.output_dir).resolve() / "mlflow.db"
-        console.print(f"MLflow UI:        mlflow ui --backend-store-uri sqlite:///{db}")
+    if cfg.train.use_mlflow_logger:
+        uri = resolve_tracking_uri(cfg)
+        if sqlite_path(uri) is not None:
+            console.print(f"MLflow UI:        mlflow ui --backend-store-uri {uri}")
+        else:
+            console.print(f"MLflow tracking:  {uri}")

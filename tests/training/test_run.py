@@ -178,3 +178,18 @@ def test_ddp_two_cpu_processes_train_end_to_end(tiny_raw: dict[str, Any], tmp_pa
     metrics = _run_script(raw, tmp_path, "train")
     assert 0.0 <= metrics["test_dice"] <= 1.0
     assert "val_best_dice_at_threshold" in metrics
+
+
+def test_cli_train_fails_fast_on_unreachable_tracking_server(
+    tiny_raw: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from skinet.tracking import find_free_port
+
+    tiny_raw["TRAIN_CONFIG"]["mlflow_config"] = {
+        "tracking_uri": f"http://127.0.0.1:{find_free_port()}"
+    }
+    config = tmp_path / "unreachable.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw))
+    assert main(["train", "--config", str(config)]) == 1
+    assert "does not answer" in caplog.text
+    assert not (tmp_path / "runs").exists()  # nothing half-made is left behind

@@ -62,7 +62,8 @@ def decode_split(
     problems: list[Problem] = []
 
     def work(i: int) -> list[Problem]:
-        result = load_pair(samples[i].image_path, samples[i].mask_path, image_size, split)
+        size = image_size if keep else None  # a check only: skip the resize
+        result = load_pair(samples[i].image_path, samples[i].mask_path, size, split)
         if isinstance(result, list):
             return result
         if images is not None and masks is not None:

@@ -107,17 +107,24 @@ def read_mask(path: Path) -> np.ndarray:
     return (array >= MASK_THRESHOLD).astype(np.uint8)
 
 
-def resize_pair(image: np.ndarray, mask: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Resize to ``size x size``: the image by area (shrinking) or linear, the mask by nearest."""
-    height, width = mask.shape
+def resize_image(image: np.ndarray, size: int) -> np.ndarray:
+    """Resize to ``size x size`` by area when shrinking, linearly when enlarging."""
+    height, width = image.shape[:2]
     if (height, width) == (size, size):
-        return image, mask
+        return image
     shrink = size < height or size < width
-    image = cv2.resize(
+    return cv2.resize(
         image, (size, size), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
     )
-    mask = cv2.resize(mask, (size, size), interpolation=cv2.INTER_NEAREST)
-    return image, mask
+
+
+def resize_pair(image: np.ndarray, mask: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Resize to ``size x size``: the image with :func:`resize_image`, the mask by nearest."""
+    if mask.shape == (size, size):
+        return image, mask
+    return resize_image(image, size), cv2.resize(
+        mask, (size, size), interpolation=cv2.INTER_NEAREST
+    )
 
 
 def load_pair(

@@ -64,7 +64,8 @@ class DatasetIndex:
     """Whether the splits came from the layout (``False`` when carved by ``split_random_seed``)."""
 
 
-def _is_image(path: Path) -> bool:
+def is_image(path: Path) -> bool:
+    """A regular image file of the dataset (not a hidden file or an ISIC superpixel map)."""
     name = path.name.lower()
     return (
         path.is_file()
@@ -88,7 +89,7 @@ def _pair_folder(
         problems.append(Problem(mask_dir, "mask folder is missing", split))
     samples: list[Sample] = []
     used: set[str] = set()
-    for image_path in sorted(p for p in image_dir.iterdir() if _is_image(p)):
+    for image_path in sorted(p for p in image_dir.iterdir() if is_image(p)):
         stem = mask_name(image_path.stem)
         mask_path = masks.get(stem)
         if mask_path is None:

@@ -18,14 +18,13 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from skinet.data.layouts import ISIC2017_FOLDERS
+
 COMPLETE_MARKER = ".skinet_synthetic_complete.json"
 """Written last; a folder without it is treated as absent (an interrupted generation)."""
 
-SPLIT_FOLDERS = {
-    "train": ("ISIC-2017_Training_Data", "ISIC-2017_Training_Part1_GroundTruth"),
-    "val": ("ISIC-2017_Validation_Data", "ISIC-2017_Validation_Part1_GroundTruth"),
-    "test": ("ISIC-2017_Test_v2_Data", "ISIC-2017_Test_v2_Part1_GroundTruth"),
-}
+SPLIT_FOLDERS = ISIC2017_FOLDERS
+"""The official ISIC 2017 folders, so the ISIC 2017 reader serves synthetic data unchanged."""
 
 # BGR skin tones (light to medium-dark) and lesion browns (tan to near black).
 _SKIN_TONES = np.array(

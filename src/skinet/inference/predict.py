@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 
 from skinet.data.io import DecodeError, read_image
-from skinet.data.layouts import IMAGE_SUFFIXES
+from skinet.data.layouts import is_image
 from skinet.inference.predictor import Predictor
 
 log = logging.getLogger(__name__)
@@ -41,13 +41,7 @@ def list_images(input_path: Path) -> list[Path]:
         return [input_path]
     if not input_path.is_dir():
         raise FileNotFoundError(f"input not found: {input_path}")
-    return sorted(
-        path
-        for path in input_path.iterdir()
-        if path.is_file()
-        and path.suffix.lower() in IMAGE_SUFFIXES
-        and not path.name.startswith(".")
-    )
+    return sorted(path for path in input_path.iterdir() if is_image(path))
 
 
 def draw_overlay(image: np.ndarray, mask: np.ndarray) -> np.ndarray:

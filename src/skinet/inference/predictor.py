@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from skinet.config import ExperimentConfig
-from skinet.data.io import resize_pair
+from skinet.data.io import resize_image
 from skinet.data.transforms import Normalizer, build_normalizer
 from skinet.inference.checkpoint import build_model, load_checkpoint
 from skinet.inference.postprocess import postprocess_mask
@@ -111,11 +111,7 @@ class Predictor:
     def preprocess(self, image: np.ndarray) -> np.ndarray:
         """uint8 RGB ``(H, W, 3)`` -> normalised float32 ``(3, S, S)`` at ``image_size``."""
         _check_image(image)
-        # resize_pair is the training resize (area when shrinking, linear when enlarging);
-        # the placeholder mask costs one byte per pixel.
-        dummy = np.zeros(image.shape[:2], np.uint8)
-        resized, _ = resize_pair(image, dummy, self.image_size)
-        return self.normalizer(resized)
+        return self.normalizer(resize_image(image, self.image_size))
 
     @torch.inference_mode()
     def _forward(self, batch: np.ndarray) -> np.ndarray:

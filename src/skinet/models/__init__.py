@@ -4,6 +4,7 @@ from skinet.models.checkpoint import (
     compile_model,
     count_parameters,
     load_portable_state_dict,
+    match_state_dict_keys,
     normalize_state_dict_keys,
 )
 from skinet.models.encoder_blocks import ENCODER_BLOCKS
@@ -17,5 +18,6 @@ __all__ = [
     "compile_model",
     "count_parameters",
     "load_portable_state_dict",
+    "match_state_dict_keys",
     "normalize_state_dict_keys",
 ]

@@ -59,8 +59,13 @@ def load_portable_state_dict(
     """
     inner = getattr(module, COMPILE_SEGMENT, None)
     target = inner if isinstance(inner, nn.Module) else module
-    own_keys = {_strip_compile_segment(key): key for key in target.state_dict(keep_vars=True)}
-    own_modules = {_strip_compile_segment(name): name for name, _ in target.named_modules()}
+    return target.load_state_dict(match_state_dict_keys(target, state_dict), strict=strict)
+
+
+def match_state_dict_keys(module: nn.Module, state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """Rename ``state_dict`` keys (compiled or plain) to ``module``'s own, compiled or plain."""
+    own_keys = {_strip_compile_segment(key): key for key in module.state_dict(keep_vars=True)}
+    own_modules = {_strip_compile_segment(name): name for name, _ in module.named_modules()}
     plain = normalize_state_dict_keys(state_dict)
     renamed: OrderedDict[str, Any] = OrderedDict(
         (own_keys.get(key, key), value) for key, value in plain.items()
@@ -70,7 +75,7 @@ def load_portable_state_dict(
         renamed._metadata = OrderedDict(  # type: ignore[attr-defined]
             (own_modules.get(key, key), value) for key, value in metadata.items()
         )
-    return target.load_state_dict(renamed, strict=strict)
+    return renamed
 
 
 def compile_model(model: nn.Module, backend: str = "inductor", **compile_kwargs: Any) -> nn.Module:

@@ -17,10 +17,6 @@ from skinet.keys import HyperparamKey
 GridValue = str | int | float
 SearchSpace = dict[str, list[GridValue]]
 
-# Values the root/TRAIN_CONFIG validators derive; removed from the resolved config before a
-# trial's overrides are applied so they are derived again for the trial's values.
-_PROPAGATED_SECTIONS = ("early_stopping_config", "checkpoint_config", "lr_scheduler_config")
-
 
 def expected_keys() -> list[str]:
     """The search-space keys the sweep requires: every :class:`HyperparamKey` value."""
@@ -97,21 +93,12 @@ def trial_run_name(number: int, params: Mapping[str, Any]) -> str:
 
 
 def resolved_raw_config(cfg: ExperimentConfig) -> dict[str, Any]:
-    """``cfg`` as plain data with the auto-derived values removed, ready for overrides.
+    """``cfg`` as plain data holding only the values that were set, ready for overrides.
 
-    Drops the propagated ``monitor``/``mode`` of the callback sections (a changed
-    ``SWEEP_CONFIG.monitor`` would otherwise clash with them) and a cosine ``T_max`` that
-    equals ``max_epochs`` (it was derived from it).
+    Auto-derived values (propagated monitor/mode, ``T_max``, precision, workers, ...) are never
+    "set" (see ``Section._derive``), so parsing the result derives them again for new values.
     """
-    raw = cfg.to_yaml_dict()
-    train = raw["TRAIN_CONFIG"]
-    for section in _PROPAGATED_SECTIONS:
-        train[section].pop("monitor", None)
-        train[section].pop("mode", None)
-    cosine = train["cosine_annealing_config"]
-    if cosine.get("T_max") == train["max_epochs"]:
-        cosine["T_max"] = None
-    return raw
+    return cfg.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def hyperparam_overrides(params: Mapping[str, Any], min_batch_size: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from torchmetrics.classification import BinaryF1Score, BinaryJaccardIndex
 
 from skinet.config import ExperimentConfig, parse_config
 from skinet.keys import MetricsKey
-from skinet.models import UNet2D, compile_model, normalize_state_dict_keys
+from skinet.models import UNet2D, compile_model, match_state_dict_keys
 from skinet.training.losses import build_loss
 from skinet.training.optim import build_lr_scheduler, build_optimizer
 from skinet.training.thresholds import ThresholdSweep
@@ -90,6 +90,7 @@ class LightningModel(L.LightningModule):
             BinaryJaccardIndex(validate_args=False) for _ in range(3)
         )
         self.val_sweep = ThresholdSweep(fixed_threshold=fixed)
+        # Rebuilt in on_test_epoch_start at the threshold chosen by then.
         self.test_sweep = ThresholdSweep(fixed_threshold=self.threshold_used)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -222,22 +223,8 @@ class LightningModel(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Checkpoints written with and without torch.compile load into either kind of model.
         if "state_dict" in checkpoint:
-            checkpoint["state_dict"] = self._match_compile_prefix(checkpoint["state_dict"])
+            checkpoint["state_dict"] = match_state_dict_keys(self, checkpoint["state_dict"])
         saved = checkpoint.get(CHECKPOINT_KEY, {})
         if saved.get("val_optimal_threshold") is not None:
             self.optimal_threshold = float(saved["val_optimal_threshold"])
             self.threshold_used = self.optimal_threshold
-
-    def _match_compile_prefix(self, state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Rename ``model.`` keys to this module's naming, compiled (``_orig_mod.``) or not."""
-        plain = normalize_state_dict_keys(state_dict)
-        if self.model is getattr(self.model, "_orig_mod", None) or not hasattr(
-            self.model, "_orig_mod"
-        ):
-            return plain
-        return {
-            (
-                "model._orig_mod." + key.removeprefix("model.") if key.startswith("model.") else key
-            ): v
-            for key, v in plain.items()
-        }

@@ -19,7 +19,6 @@ from skinet.callbacks import setup_logging_and_callbacks
 from skinet.config import ExperimentConfig
 from skinet.data import build_dataloaders, visualize_augmented_data
 from skinet.tracking import (
-    check_tracking_server,
     make_run_name,
     mark_run_failed,
     resolve_tracking_uri,
@@ -162,10 +161,6 @@ def run_training(
         resume_run_id = saved.get("mlflow_run_id")
 
     deterministic = configure_reproducibility(cfg)
-    tracking_uri = resolve_tracking_uri(cfg) if train_cfg.use_mlflow_logger else None
-    if tracking_uri is not None:
-        check_tracking_server(tracking_uri)
-
     run_name = (
         run_name
         or train_cfg.mlflow_config.run_name
@@ -176,6 +171,10 @@ def run_training(
         run_name = run_dir.name
     else:
         run_dir = Path(train_cfg.output_dir) / run_name
+    # First: an unreachable tracking server fails here, before any folder or data is made.
+    loggers, callbacks = setup_logging_and_callbacks(
+        cfg, run_dir, run_name, parent_run_id, resume_run_id
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(cfg.to_yaml_dict(), sort_keys=False))
 
@@ -185,9 +184,6 @@ def run_training(
         visualize_augmented_data(loaders.train_dataset, run_dir / "augmented_samples.png")
 
     model = LightningModel(cfg.to_yaml_dict())
-    loggers, callbacks = setup_logging_and_callbacks(
-        cfg, run_dir, run_name, parent_run_id, resume_run_id
-    )
     trainer = build_trainer(cfg, run_dir, loggers, callbacks, deterministic)
 
     started = time.perf_counter()
@@ -204,8 +200,8 @@ def run_training(
             test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     except BaseException as error:
         for logger in loggers:
-            if isinstance(logger, MLFlowLogger) and logger.run_id and tracking_uri:
-                mark_run_failed(logger.run_id, tracking_uri, error)
+            if isinstance(logger, MLFlowLogger) and logger.run_id:
+                mark_run_failed(logger.run_id, resolve_tracking_uri(cfg), error)
         raise
 
     result = RunResult(
