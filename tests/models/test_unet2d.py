@@ -114,6 +114,9 @@ def test_wrong_input_shape_raises(shape: tuple[int, ...]) -> None:
         ("out_channels_layer1", -4, ">= 1"),
         ("num_output_classes", 0, ">= 1"),
         ("se_reduction", 0, ">= 1"),
+        ("norm", "layer", "'batch', 'group', 'instance'"),
+        ("norm_groups", 0, ">= 1"),
+        ("attention_upsample", "bicubic", "'bilinear', 'nearest'"),
         ("out_channels_layer1", 4.0, ">= 1"),
     ],
 )
@@ -200,3 +203,70 @@ def test_channels_last_backward_of_projection_shortcut_does_not_corrupt_memory()
         [sys.executable, "-c", CHANNELS_LAST_BACKWARD], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+NORM_TYPES: dict[str, type[nn.Module]] = {
+    "batch": nn.BatchNorm2d,
+    "instance": nn.InstanceNorm2d,
+    "group": nn.GroupNorm,
+}
+
+
+@pytest.mark.parametrize("norm", sorted(NORM_TYPES))
+@pytest.mark.parametrize(("encoder_mode", "merge_mode"), COMBOS)
+def test_every_norm_builds_its_layers_and_trains_a_step(
+    encoder_mode: str, merge_mode: str, norm: str
+) -> None:
+    model = build_tiny(
+        encoder_residual_mode=encoder_mode, merge_residual_mode=merge_mode, norm=norm, norm_groups=2
+    )
+    norms = [m for m in model.modules() if isinstance(m, tuple(NORM_TYPES.values()))]
+    assert norms and all(type(m) is NORM_TYPES[norm] for m in norms)
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    logits = model.train()(torch.randn(2, 3, 16, 16))
+    loss = nn.functional.binary_cross_entropy_with_logits(logits, torch.ones_like(logits))
+    loss.backward()
+    no_grad = [n for n, p in model.named_parameters() if p.grad is None]
+    assert torch.isfinite(loss) and not no_grad, f"parameters without gradient: {no_grad}"
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())  # type: ignore[arg-type]
+    optimizer.step()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert not all(torch.equal(p, old) for p, old in zip(model.parameters(), before, strict=True))
+
+
+def test_group_norm_of_the_rgb_input_uses_the_common_divisor() -> None:
+    # he2 normalises the 3-channel input first: gcd(3, 4) = 1 group there, 4 everywhere else.
+    model = build_tiny(encoder_residual_mode="he2", norm="group", norm_groups=4)
+    groups = [
+        (m.num_channels, m.num_groups) for m in model.modules() if isinstance(m, nn.GroupNorm)
+    ]
+    assert groups[0] == (3, 1)
+    assert all(g == 4 and c % 4 == 0 for c, g in groups[1:])
+
+
+def test_norm_groups_must_divide_the_first_stage_channels() -> None:
+    with pytest.raises(ValueError, match=r"norm_groups=3 must divide out_channels_layer1=4.*=2"):
+        build_tiny(norm="group", norm_groups=3)
+    build_tiny(norm="batch", norm_groups=3)  # ignored by the other norms
+    with pytest.raises(ValueError, match=r"MODEL_CONFIG.norm_groups: 3 does not divide"):
+        UNet2DModelConfig(norm="group", norm_groups=3, out_channels_layer1=16)
+
+
+def test_instance_norm_on_a_one_pixel_bottleneck_is_named() -> None:
+    model = build_tiny(norm="instance")
+    assert model(torch.randn(2, 3, 5, 8)).shape == (2, 1, 5, 8)  # 2 x 2 bottleneck
+    with pytest.raises(ValueError, match=r"4x4 gives a 1x1 bottleneck.*norm='instance'"):
+        model(torch.randn(2, 3, 4, 4))
+
+
+@pytest.mark.parametrize(("upsample", "blockwise"), [("nearest", True), ("bilinear", False)])
+def test_attention_gate_upsampling(upsample: str, blockwise: bool) -> None:
+    from skinet.models.merge_blocks import AttentionGate
+
+    torch.manual_seed(0)
+    gate = AttentionGate(4, 8, 2, stride=2, upsample=upsample)
+    alpha = gate(torch.ones(1, 4, 8, 8), torch.randn(1, 8, 4, 4))[0, 0]
+    # Nearest: each coefficient covers exactly the 2 x 2 skip block it was computed from.
+    blocks = alpha.reshape(4, 2, 4, 2).permute(0, 2, 1, 3).reshape(4, 4, 4)
+    assert torch.equal(blocks, blocks[..., :1].expand(-1, -1, 4)) is blockwise

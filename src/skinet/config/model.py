@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from skinet.config.base import Section
 
 EncoderResidualMode = Literal["classical", "local_refinement", "he2", "se"]
 MergeResidualMode = Literal["classical", "local_refinement", "he1", "he2", "attention_gate"]
+Norm = Literal["batch", "instance", "group"]
+AttentionUpsample = Literal["nearest", "bilinear"]
 
 
 class UNet2DModelConfig(Section):
@@ -33,7 +35,23 @@ class UNet2DModelConfig(Section):
     """Residual block type for decoder merge layers."""
     se_reduction: int = Field(16, gt=0)
     """Channel reduction of squeeze-and-excitation blocks (``encoder_residual_mode: se``)."""
+    norm: Norm = "batch"
+    """Normalisation layer of every block: BatchNorm, InstanceNorm (affine) or GroupNorm."""
+    norm_groups: int = Field(8, gt=0)
+    """GroupNorm groups (``norm: group``); must divide ``out_channels_layer1``."""
+    attention_upsample: AttentionUpsample = "nearest"
+    """Attention-gate upsampling (bilinear: checkpoints before format 2; CUDA-nondeterministic)."""
     validate_forward: bool = True
     """Check structurally that each decoder stage receives the skip it expects."""
     debug_forward: bool = False
     """Warn about near-zero skip activations (costly; keep off in production)."""
+
+    @model_validator(mode="after")
+    def _check_norm_groups(self) -> UNet2DModelConfig:
+        if self.norm == "group" and self.out_channels_layer1 % self.norm_groups:
+            raise ValueError(
+                f"MODEL_CONFIG.norm_groups: {self.norm_groups} does not divide "
+                f"out_channels_layer1 ({self.out_channels_layer1}): with norm: group, every "
+                "stage's channels must split into norm_groups equal groups"
+            )
+        return self

@@ -2,14 +2,22 @@
 
 Every block maps ``(N, C_in, H, W) -> (N, C_out, H / stride, W / stride)``; the first encoder
 stage is built with ``stride=1`` and keeps the input resolution. Downsampling is a strided conv
-in every mode (no pooling), so ``stride`` is the only knob.
+in every mode (no pooling), so ``stride`` is the only knob. ``norm_layer`` (``channels ->
+nn.Module``, batch norm by default) builds every normalisation layer of a block.
 """
 
 from __future__ import annotations
 
 from torch import Tensor, nn
 
-from skinet.models.layers import ConvNormAct, NormActConv, build_act, build_conv, build_norm
+from skinet.models.layers import (
+    ConvNormAct,
+    NormActConv,
+    NormLayer,
+    build_act,
+    build_conv,
+    build_norm,
+)
 
 
 class ClassicalEncoderBlock(nn.Module):
@@ -18,10 +26,17 @@ class ClassicalEncoderBlock(nn.Module):
     Shapes: ``(N, C_in, H, W) -> (N, C_out, H / stride, W / stride)``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel: int,
+        stride: int,
+        norm_layer: NormLayer = build_norm,
+    ) -> None:
         super().__init__()
-        self.down = ConvNormAct(in_channels, out_channels, kernel, stride)
-        self.refine = ConvNormAct(out_channels, out_channels, kernel)
+        self.down = ConvNormAct(in_channels, out_channels, kernel, stride, norm_layer)
+        self.refine = ConvNormAct(out_channels, out_channels, kernel, norm_layer=norm_layer)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.refine(self.down(x))
@@ -34,13 +49,20 @@ class LocalRefinementEncoderBlock(nn.Module):
     Shapes: ``(N, C_in, H, W) -> (N, C_out, H / stride, W / stride)``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel: int,
+        stride: int,
+        norm_layer: NormLayer = build_norm,
+    ) -> None:
         super().__init__()
-        self.down = ConvNormAct(in_channels, out_channels, kernel, stride)
+        self.down = ConvNormAct(in_channels, out_channels, kernel, stride, norm_layer)
         self.refine = nn.Sequential(
-            ConvNormAct(out_channels, out_channels, kernel),
+            ConvNormAct(out_channels, out_channels, kernel, norm_layer=norm_layer),
             build_conv(out_channels, out_channels, kernel),
-            build_norm(out_channels),
+            norm_layer(out_channels),
         )
         self.act = build_act()
 
@@ -57,11 +79,18 @@ class He2EncoderBlock(nn.Module):
     Shapes: ``(N, C_in, H, W) -> (N, C_out, H / stride, W / stride)``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel: int,
+        stride: int,
+        norm_layer: NormLayer = build_norm,
+    ) -> None:
         super().__init__()
         self.residual = nn.Sequential(
-            NormActConv(in_channels, out_channels, kernel, stride),
-            NormActConv(out_channels, out_channels, kernel),
+            NormActConv(in_channels, out_channels, kernel, stride, norm_layer),
+            NormActConv(out_channels, out_channels, kernel, norm_layer=norm_layer),
         )
         self.shortcut: nn.Module = (
             nn.Identity()
@@ -76,7 +105,9 @@ class He2EncoderBlock(nn.Module):
 class SqueezeExcitation(nn.Module):
     """Channel attention (Hu et al., CVPR 2018): ``x * sigmoid(FC(Act(FC(avgpool(x)))))``.
 
-    The hidden width is ``max(1, channels // reduction)`` so narrow layers still work.
+    The hidden width is ``max(1, channels // reduction)`` so narrow layers still work. It has no
+    norm layer. The global average pool of ``nn.AdaptiveAvgPool2d(1)`` runs as a ``mean`` (its
+    backward is deterministic on CUDA, unlike adaptive pooling to larger outputs).
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``.
     """
 
@@ -102,9 +133,15 @@ class SEEncoderBlock(He2EncoderBlock):
     """
 
     def __init__(
-        self, in_channels: int, out_channels: int, kernel: int, stride: int, se_reduction: int
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel: int,
+        stride: int,
+        se_reduction: int,
+        norm_layer: NormLayer = build_norm,
     ) -> None:
-        super().__init__(in_channels, out_channels, kernel, stride)
+        super().__init__(in_channels, out_channels, kernel, stride, norm_layer)
         self.excite = SqueezeExcitation(out_channels, se_reduction)
 
     def forward(self, x: Tensor) -> Tensor:

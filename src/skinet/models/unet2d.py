@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from skinet.models.encoder_blocks import ENCODER_BLOCKS
-from skinet.models.merge_blocks import MERGE_BLOCKS
+from skinet.models.layers import DEFAULT_NORM_GROUPS, NORM_LAYERS, build_norm_layer
+from skinet.models.merge_blocks import ATTENTION_UPSAMPLE_MODES, MERGE_BLOCKS
 
 logger = logging.getLogger(__name__)
 
@@ -23,9 +24,13 @@ def _check_positive_int(name: str, value: Any, minimum: int = 1) -> None:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
-def _check_choice(name: str, value: Any, choices: dict[str, Any]) -> None:
+def _check_choice(name: str, value: Any, choices: Any) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+
+
+def _largest_divisor(channels: int, at_most: int) -> int:
+    return max(d for d in range(1, min(channels, at_most) + 1) if channels % d == 0)
 
 
 class UNet2D(nn.Module):
@@ -50,6 +55,13 @@ class UNet2D(nn.Module):
         encoder_residual_mode: A key of :data:`ENCODER_BLOCKS`.
         merge_residual_mode: A key of :data:`MERGE_BLOCKS`.
         se_reduction: Squeeze-and-excitation reduction (``encoder_residual_mode="se"`` only).
+        norm: Normalisation of every block: ``"batch"``, ``"instance"`` or ``"group"``.
+        norm_groups: Groups of ``norm="group"``; must divide ``out_channels_layer1``. The
+            ``in_channels`` input normalised by a pre-activation first stage (``he2``, ``se``)
+            gets ``gcd(in_channels, norm_groups)`` groups (1 for RGB and 8 groups).
+        attention_upsample: How the attention gate upsamples its coefficients
+            (``merge_residual_mode="attention_gate"`` only): ``"nearest"``, or ``"bilinear"``
+            for checkpoints written before checkpoint format 2 (not deterministic on CUDA).
         validate_forward: Check that every decoder stage receives the skip it expects and
             raise a ``ValueError`` naming the stage if not.
         debug_forward: Log a warning for skips whose activations are near zero (syncs the
@@ -70,6 +82,9 @@ class UNet2D(nn.Module):
         encoder_residual_mode: str = "he2",
         merge_residual_mode: str = "he2",
         se_reduction: int = 16,
+        norm: str = "batch",
+        norm_groups: int = DEFAULT_NORM_GROUPS,
+        attention_upsample: str = "nearest",
         validate_forward: bool = True,
         debug_forward: bool = False,
     ) -> None:
@@ -80,6 +95,7 @@ class UNet2D(nn.Module):
             ("num_output_classes", num_output_classes),
             ("kernel", kernel),
             ("se_reduction", se_reduction),
+            ("norm_groups", norm_groups),
         ]:
             _check_positive_int(name, value)
         _check_positive_int("number_of_layers", number_of_layers, minimum=2)
@@ -89,8 +105,18 @@ class UNet2D(nn.Module):
             raise ValueError(f"kernel must be a positive odd integer (1, 3, 5, ...), got {kernel}")
         _check_choice("encoder_residual_mode", encoder_residual_mode, ENCODER_BLOCKS)
         _check_choice("merge_residual_mode", merge_residual_mode, MERGE_BLOCKS)
+        _check_choice("norm", norm, NORM_LAYERS)
+        _check_choice("attention_upsample", attention_upsample, ATTENTION_UPSAMPLE_MODES)
+        if norm == "group" and out_channels_layer1 % norm_groups:
+            # Every stage has out_channels_layer1 * 2**i channels: then all of them divide evenly.
+            raise ValueError(
+                f"norm_groups={norm_groups} must divide out_channels_layer1="
+                f"{out_channels_layer1} with norm='group' (e.g. norm_groups="
+                f"{_largest_divisor(out_channels_layer1, norm_groups)})"
+            )
 
         self.in_channels = in_channels
+        self.norm = norm
         self.number_of_layers = number_of_layers
         self.stride = stride
         self.validate_forward = validate_forward
@@ -100,17 +126,32 @@ class UNet2D(nn.Module):
 
         channels = [out_channels_layer1 * 2**i for i in range(number_of_layers)]
         encoder_cls = ENCODER_BLOCKS[encoder_residual_mode]
+        norm_layer = build_norm_layer(norm, norm_groups)
         extra = {"se_reduction": se_reduction} if encoder_residual_mode == "se" else {}
         self.encoder = nn.ModuleList(
-            encoder_cls(c_in, c_out, kernel=kernel, stride=1 if i == 0 else stride, **extra)
+            encoder_cls(
+                c_in,
+                c_out,
+                kernel=kernel,
+                stride=1 if i == 0 else stride,
+                norm_layer=norm_layer,
+                **extra,
+            )
             for i, (c_in, c_out) in enumerate(
                 zip([in_channels, *channels[:-1]], channels, strict=True)
             )
         )
         merge_cls = MERGE_BLOCKS[merge_residual_mode]
+        gate = (
+            {"attention_upsample": attention_upsample}
+            if merge_residual_mode == "attention_gate"
+            else {}
+        )
         # Decoder stage j merges encoder stage (L - 2 - j): deepest first.
         self.decoder = nn.ModuleList(
-            merge_cls(c_deep, c_skip, c_skip, kernel=kernel, stride=stride)
+            merge_cls(
+                c_deep, c_skip, c_skip, kernel=kernel, stride=stride, norm_layer=norm_layer, **gate
+            )
             for c_deep, c_skip in zip(channels[:0:-1], channels[-2::-1], strict=True)
         )
         self.skip_channels = channels[-2::-1]
@@ -180,6 +221,14 @@ class UNet2D(nn.Module):
                 f"{self.number_of_layers} and stride={self.stride}, height and width must be "
                 f">= stride**(number_of_layers - 1) = {self.size_multiple} (any size from there "
                 f"works; sizes that are not multiples of {self.size_multiple} are padded)"
+            )
+        bottleneck = -(-height // self.size_multiple) * -(-width // self.size_multiple)
+        if self.norm == "instance" and bottleneck == 1:
+            # F.instance_norm raises on a single pixel; say which setting causes it.
+            raise ValueError(
+                f"input size {height}x{width} gives a 1x1 bottleneck, which norm='instance' "
+                f"cannot normalise: use images larger than {self.size_multiple} pixels on one "
+                "side, fewer number_of_layers, or another norm"
             )
 
     def _check_skip(self, index: int, x: Tensor, skip: Tensor | None) -> None:
