@@ -2,7 +2,8 @@
 
 A training checkpoint is a Lightning checkpoint whose ``state_dict`` keys start with ``model.``
 (``model._orig_mod.`` after ``torch.compile``) plus ``checkpoint["skinet"]``: the resolved YAML
-config and the validation-optimal threshold. Everything is read with
+config and the validation-optimal threshold (:class:`skinet.checkpoint_format.CheckpointPayload`;
+older formats are upgraded there, so old checkpoints predict as trained). Everything is read with
 ``torch.load(..., weights_only=True)``: tensors, containers and primitive types only, so a
 checkpoint carrying a crafted pickle is refused instead of run.
 """
@@ -18,17 +19,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from skinet.checkpoint_format import CheckpointError, CheckpointPayload
 from skinet.config import ConfigError, ExperimentConfig, parse_config
 from skinet.models import UNet2D, normalize_state_dict_keys
 
-CHECKPOINT_KEY = "skinet"
-"""Checkpoint entry written by ``LightningModel.on_save_checkpoint`` (same string as training)."""
 MODEL_PREFIX = "model."
-DEFAULT_THRESHOLD = 0.5
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, unsafe to unpickle, or not a SkiNet training checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -39,23 +34,28 @@ class SkinetCheckpoint:
         path: The file read.
         config: The resolved experiment config the model was trained with.
         state_dict: UNet2D weights, keys without the ``model.`` / ``_orig_mod.`` prefixes.
-        val_optimal_threshold: Threshold chosen on the validation set (``None`` if never swept).
-        threshold_used: Threshold the training run used last.
+        payload: The SkiNet entry as read (format upgraded), thresholds included.
     """
 
     path: Path
     config: ExperimentConfig
     state_dict: dict[str, Tensor]
-    val_optimal_threshold: float | None
-    threshold_used: float | None
+    payload: CheckpointPayload
+
+    @property
+    def val_optimal_threshold(self) -> float | None:
+        """Threshold chosen on the validation set (``None`` if never swept)."""
+        return self.payload.val_optimal_threshold
+
+    @property
+    def threshold_used(self) -> float | None:
+        """Threshold the training run used last."""
+        return self.payload.threshold_used
 
     @property
     def threshold(self) -> float:
         """``val_optimal_threshold``, else ``threshold_used``, else 0.5."""
-        for value in (self.val_optimal_threshold, self.threshold_used):
-            if value is not None:
-                return float(value)
-        return DEFAULT_THRESHOLD
+        return self.payload.threshold
 
 
 def _safe_load(path: Path, map_location: str | torch.device) -> Any:
@@ -78,10 +78,6 @@ def _safe_load(path: Path, map_location: str | torch.device) -> Any:
         raise CheckpointError(f"cannot read checkpoint {path}: {error}") from None
 
 
-def _float_or_none(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> SkinetCheckpoint:
     """Read a SkiNet training checkpoint safely (``weights_only=True``).
 
@@ -94,16 +90,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     raw = _safe_load(path, map_location)
-    if not isinstance(raw, dict) or not isinstance(raw.get(CHECKPOINT_KEY), dict):
-        raise CheckpointError(
-            f"{path} is not a SkiNet checkpoint: it has no '{CHECKPOINT_KEY}' entry with the "
-            "training config (write checkpoints with `skinet train`)"
-        )
-    saved = raw[CHECKPOINT_KEY]
-    if not isinstance(saved.get("config"), dict):
-        raise CheckpointError(f"{path}: checkpoint['{CHECKPOINT_KEY}'] has no 'config' mapping")
+    payload = CheckpointPayload.from_checkpoint(raw, str(path))
     try:
-        config = parse_config(saved["config"], f"{path} (checkpoint config)")
+        config = parse_config(payload.config, f"{path} (checkpoint config)")
     except ConfigError as error:
         raise CheckpointError(str(error)) from None
     plain = normalize_state_dict_keys(raw.get("state_dict") or {})
@@ -114,13 +103,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     }
     if not weights:
         raise CheckpointError(f"{path}: no model weights (state_dict keys starting with 'model.')")
-    return SkinetCheckpoint(
-        path=path,
-        config=config,
-        state_dict=weights,
-        val_optimal_threshold=_float_or_none(saved.get("val_optimal_threshold")),
-        threshold_used=_float_or_none(saved.get("threshold_used")),
-    )
+    return SkinetCheckpoint(path=path, config=config, state_dict=weights, payload=payload)
 
 
 def build_model(checkpoint: SkinetCheckpoint) -> UNet2D:

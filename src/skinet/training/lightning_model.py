@@ -10,17 +10,18 @@ from lightning.pytorch.loggers import MLFlowLogger
 from torch import Tensor
 from torchmetrics.classification import BinaryF1Score, BinaryJaccardIndex
 
+from skinet.checkpoint_format import (
+    CHECKPOINT_KEY,
+    DEFAULT_THRESHOLD,
+    CheckpointError,
+    CheckpointPayload,
+)
 from skinet.config import ExperimentConfig, parse_config
 from skinet.keys import MetricsKey
 from skinet.models import UNet2D, compile_model, match_state_dict_keys
 from skinet.training.losses import build_loss
 from skinet.training.optim import build_lr_scheduler, build_optimizer
 from skinet.training.thresholds import ThresholdSweep
-
-CHECKPOINT_KEY = "skinet"
-"""Key of the checkpoint entry holding the resolved config and the chosen threshold."""
-
-DEFAULT_THRESHOLD = 0.5
 
 
 def _tensor_debug_summary(tensor: Tensor) -> str:
@@ -51,6 +52,28 @@ def _raise_if_non_finite(tensors: dict[str, Tensor], batch_idx: int) -> None:
     raise ValueError(
         f"non-finite values in {name} at batch {batch_idx}: {_tensor_debug_summary(tensor)}"
     )
+
+
+def check_attention_upsample(payload: CheckpointPayload, cfg: ExperimentConfig) -> None:
+    """Refuse to continue a checkpoint whose attention gate upsampled differently than ``cfg``'s.
+
+    Raises:
+        CheckpointError: Naming the setting that continues it (format-1 checkpoints with
+            ``attention_gate`` were trained with the bilinear gate).
+    """
+    model_cfg = cfg.model
+    trained = parse_config(payload.config, "checkpoint config").model.attention_upsample
+    if model_cfg.merge_residual_mode == "attention_gate" and trained != (
+        mode := model_cfg.attention_upsample
+    ):
+        raise CheckpointError(
+            f"the checkpoint's attention gate was trained with attention_upsample: {trained} "
+            f"(checkpoint format {payload.format_version}) but this config builds it with "
+            f"{mode}. To continue it, set MODEL_CONFIG.attention_upsample: {trained} "
+            "(bilinear is not deterministic on CUDA: also set TRAIN_CONFIG.deterministic: "
+            "false), or start a new run. skinet predict, evaluate and export read the "
+            "checkpoint as it was trained."
+        )
 
 
 class LightningModel(L.LightningModule):
@@ -210,21 +233,24 @@ class LightningModel(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": scheduler}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[CHECKPOINT_KEY] = {
-            "config": self.hparams["config"],
-            "val_optimal_threshold": self.optimal_threshold,
-            "threshold_used": self.threshold_used,
+        checkpoint[CHECKPOINT_KEY] = CheckpointPayload(
+            config=self.hparams["config"],
+            val_optimal_threshold=self.optimal_threshold,
+            threshold_used=self.threshold_used,
             # Lets a resumed run continue the same MLflow run.
-            "mlflow_run_id": next(
+            mlflow_run_id=next(
                 (lg.run_id for lg in self.loggers if isinstance(lg, MLFlowLogger)), None
             ),
-        }
+        ).to_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Checkpoints written with and without torch.compile load into either kind of model.
         if "state_dict" in checkpoint:
             checkpoint["state_dict"] = match_state_dict_keys(self, checkpoint["state_dict"])
-        saved = checkpoint.get(CHECKPOINT_KEY, {})
-        if saved.get("val_optimal_threshold") is not None:
-            self.optimal_threshold = float(saved["val_optimal_threshold"])
+        if CHECKPOINT_KEY not in checkpoint:
+            return
+        payload = CheckpointPayload.from_checkpoint(checkpoint)
+        check_attention_upsample(payload, self.cfg)
+        if payload.val_optimal_threshold is not None:
+            self.optimal_threshold = payload.val_optimal_threshold
             self.threshold_used = self.optimal_threshold

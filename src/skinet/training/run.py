@@ -16,6 +16,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 
 from skinet.callbacks import setup_logging_and_callbacks
+from skinet.checkpoint_format import CHECKPOINT_KEY, CheckpointPayload
 from skinet.config import ExperimentConfig
 from skinet.data import build_dataloaders, visualize_augmented_data
 from skinet.tracking import (
@@ -23,7 +24,7 @@ from skinet.tracking import (
     mark_run_failed,
     resolve_tracking_uri,
 )
-from skinet.training.lightning_model import CHECKPOINT_KEY, LightningModel
+from skinet.training.lightning_model import LightningModel, check_attention_upsample
 from skinet.training.reproducibility import configure_reproducibility
 
 log = logging.getLogger(__name__)
@@ -157,8 +158,11 @@ def run_training(
         resume_path = (
             find_last_checkpoint(train_cfg.output_dir) if str(resume) == "last" else Path(resume)
         )
-        saved = _check_resume(resume_path, train_cfg.max_epochs).get(CHECKPOINT_KEY, {})
-        resume_run_id = saved.get("mlflow_run_id")
+        payload = CheckpointPayload.from_checkpoint(
+            _check_resume(resume_path, train_cfg.max_epochs), str(resume_path)
+        )
+        check_attention_upsample(payload, cfg)  # before any run or folder is made
+        resume_run_id = payload.mlflow_run_id
 
     deterministic = configure_reproducibility(cfg)
     run_name = (
