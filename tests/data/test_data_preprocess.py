@@ -184,3 +184,26 @@ def test_stats_are_computed_on_corrected_images(tmp_path: Path) -> None:
     assert corrected.num_pixels == raw.num_pixels == 2 * 48 * 64
     assert "color_constancy: shades_of_gray" in corrected.to_yaml()
     assert "color_constancy" not in raw.to_yaml()
+
+
+def test_data_stats_cli_applies_the_configs_colour_constancy(
+    tiny_raw: dict[str, Any], tmp_path: Path, capsys
+) -> None:
+    import yaml
+
+    from skinet.cli import main
+
+    printed = {}
+    for method in ("none", "shades_of_gray"):
+        tiny_raw["DATA_CONFIG"]["color_constancy"] = method
+        path = tmp_path / f"{method}.yaml"
+        path.write_text(yaml.safe_dump(tiny_raw))
+        assert main(["data", "stats", "--config", str(path), "--split", "train"]) == 0
+        printed[method] = yaml.safe_load(capsys.readouterr().out)["DATA_CONFIG"]
+    assert "color_constancy" not in printed["none"]
+    assert printed["shades_of_gray"]["color_constancy"] == "shades_of_gray"
+    assert printed["shades_of_gray"]["mean"] != printed["none"]["mean"]
+    # The printed block loads back as a config with the same correction.
+    assert parse_config({"DATA_CONFIG": printed["shades_of_gray"]}).data.color_constancy == (
+        "shades_of_gray"
+    )

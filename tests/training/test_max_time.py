@@ -40,6 +40,7 @@ def test_max_time_formats(value, expected) -> None:
         ({"minutes": -1}, "must be >= 0"),
         ("00:00:00:00", "longer than 0 seconds"),
         ({"minutes": "a lot"}, "TRAIN_CONFIG.max_time"),
+        (216000, "write the duration as a quoted string"),  # YAML's reading of 1:00:00:00
     ],
 )
 def test_bad_max_time_is_a_config_error(value, expected) -> None:

@@ -29,7 +29,7 @@ class DataConfig(Section):
     local_data_root: str | None = None
     """Local folder searched after the mount point for ``data_dir``."""
     image_size: int = Field(256, gt=0)
-    """Images and masks are resized once to ``image_size x image_size``."""
+    """Side of the square model input; images and masks are resized to it once (``resize_mode``)."""
     resize_mode: Literal["squash", "letterbox"] = "squash"
     """``squash`` stretches to the square; ``letterbox`` keeps the aspect ratio and pads."""
     pad_value: int = Field(0, ge=0, le=255)

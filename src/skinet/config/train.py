@@ -197,6 +197,17 @@ class TrainConfig(Section):
     enable_progress_bar: bool = True
     """Show Lightning's progress bar."""
 
+    @field_validator("max_time", mode="before")
+    @classmethod
+    def _refuse_numbers(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            # YAML 1.1 reads an unquoted 1:00:00:00 as the base-60 integer 216000.
+            raise ValueError(
+                f"got the number {value}: write the duration as a quoted string, "
+                "e.g. max_time: '00:00:15:00' (DD:HH:MM:SS), or a mapping such as {minutes: 15}"
+            )
+        return value
+
     @field_validator("max_time")
     @classmethod
     def _check_max_time(cls, value: str | dict[str, int] | None) -> str | dict[str, int] | None:
