@@ -60,7 +60,9 @@ def decode_split(
     caller can report every bad file at once.
     """
     spec = as_preprocessing(preprocessing)
-    image_size = spec.image_size or 0
+    if spec.image_size is None:
+        raise ValueError("decode_split needs an image_size (the side of the cached arrays)")
+    image_size = spec.image_size
     count = len(samples)
     images = np.empty((count, image_size, image_size, 3), np.uint8) if keep else None
     masks = np.empty((count, image_size, image_size), np.uint8) if keep else None
