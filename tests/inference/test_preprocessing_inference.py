@@ -3,6 +3,7 @@ model run from its sidecar alone (numpy/OpenCV/onnxruntime, no SkiNet)."""
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import os
@@ -140,3 +141,39 @@ def test_onnx_from_the_sidecar_alone_predicts_like_the_predictor(
     squashed = Predictor.from_checkpoint(corrected_checkpoint, device="cpu")
     squashed.preprocessing = Preprocessing(32)
     assert np.abs(squashed.predict_proba(image) - probs).max() > 1e-3
+
+
+def test_predict_and_evaluate_cli_use_the_checkpoints_preprocessing(
+    corrected_checkpoint: Path, tmp_path: Path
+) -> None:
+    from tests.inference.helpers import run_cli
+
+    from skinet.inference.metrics import compute_mask_metrics
+
+    data = tmp_path / "clinic"  # the generic folder layout: images/ and masks/
+    (data / "images").mkdir(parents=True)
+    (data / "masks").mkdir()
+    images = {"wide": _cast_image(45, 70), "tall": _cast_image(72, 40)}
+    targets = {}
+    for name, image in images.items():
+        image_path = data / "images" / f"{name}.png"
+        assert cv2.imwrite(str(image_path), cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
+        targets[name] = (image[..., 2] < 70).astype(np.uint8)  # the dark lesion
+        assert cv2.imwrite(str(data / "masks" / f"{name}_segmentation.png"), targets[name] * 255)
+    predictor = Predictor.from_checkpoint(corrected_checkpoint, device="cpu")
+
+    out = tmp_path / "masks"
+    argv = ["predict", "--checkpoint", str(corrected_checkpoint), "--device", "cpu"]
+    assert run_cli([*argv, "--input", str(data / "images" / "wide.png"), "--output", str(out)]) == 0
+    written = cv2.imread(str(out / "wide_mask.png"), cv2.IMREAD_GRAYSCALE) > 0
+    assert np.array_equal(written, predictor.predict(images["wide"]) > 0)
+
+    report = tmp_path / "report"
+    argv = ["evaluate", "--checkpoint", str(corrected_checkpoint), "--data", str(data)]
+    argv += ["--dataset", "folder", "--split", "all", "--output", str(report), "--device", "cpu"]
+    assert run_cli(argv) == 0
+    rows = {r["id"]: r for r in csv.DictReader((report / "per_image.csv").open())}
+    for name, image in images.items():
+        assert (int(rows[name]["height"]), int(rows[name]["width"])) == image.shape[:2]
+        expected = compute_mask_metrics(predictor.predict(image), targets[name]).jaccard
+        assert float(rows[name]["jaccard"]) == pytest.approx(expected, abs=1e-6)
