@@ -29,7 +29,13 @@ class DataConfig(Section):
     local_data_root: str | None = None
     """Local folder searched after the mount point for ``data_dir``."""
     image_size: int = Field(256, gt=0)
-    """Images and masks are resized once to ``image_size x image_size``."""
+    """Side of the square model input; images and masks are resized to it once (``resize_mode``)."""
+    resize_mode: Literal["squash", "letterbox"] = "squash"
+    """``squash`` stretches to the square; ``letterbox`` keeps the aspect ratio and pads."""
+    pad_value: int = Field(0, ge=0, le=255)
+    """uint8 value of every channel of the ``letterbox`` padding (masks are padded with 0)."""
+    color_constancy: Literal["none", "shades_of_gray"] = "none"
+    """``shades_of_gray``: p = 6 Minkowski-norm white balance of each image before normalising."""
     split_random_seed: int = 42
     """Seed of the train/val/test split for layouts without an official split."""
     val_fraction: float = Field(0.15, ge=0.0, lt=1.0)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
+from datetime import timedelta
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from skinet.config.base import Section
 
@@ -138,6 +140,8 @@ class TrainConfig(Section):
     """``None`` sweeps 51 thresholds each validation epoch; a float fixes the threshold."""
     max_epochs: int = Field(1, gt=0)
     """Maximum training epochs."""
+    max_time: str | dict[str, int] | None = None
+    """Wall-clock limit of training, ``"DD:HH:MM:SS"`` or e.g. ``{minutes: 15}`` (Lightning's)."""
     accelerator: Accelerator = "auto"
     """``auto`` resolves to ``gpu``, ``mps`` or ``cpu``."""
     devices: int | list[int] | str = "auto"
@@ -193,6 +197,24 @@ class TrainConfig(Section):
     enable_progress_bar: bool = True
     """Show Lightning's progress bar."""
 
+    @field_validator("max_time", mode="before")
+    @classmethod
+    def _refuse_numbers(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            # YAML 1.1 reads an unquoted 1:00:00:00 as the base-60 integer 216000.
+            raise ValueError(
+                f"got the number {value}: write the duration as a quoted string, "
+                "e.g. max_time: '00:00:15:00' (DD:HH:MM:SS), or a mapping such as {minutes: 15}"
+            )
+        return value
+
+    @field_validator("max_time")
+    @classmethod
+    def _check_max_time(cls, value: str | dict[str, int] | None) -> str | dict[str, int] | None:
+        if value is not None:
+            parse_max_time(value)
+        return value
+
     @model_validator(mode="after")
     def _derive_auto_values(self) -> TrainConfig:
         accelerator = resolve_accelerator(self.accelerator)
@@ -228,6 +250,37 @@ class TrainConfig(Section):
 
             return max(1, torch.cuda.device_count())
         return 1
+
+
+MAX_TIME_UNITS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds")
+
+
+def parse_max_time(value: str | dict[str, int]) -> timedelta:
+    """``TRAIN_CONFIG.max_time`` as a positive ``timedelta``, with the formats Lightning accepts.
+
+    Raises:
+        ValueError: not ``"DD:HH:MM:SS"`` (two digits for hours, minutes and seconds), a dict
+            with other keys than :data:`MAX_TIME_UNITS` or negative values, or zero in total.
+    """
+    if isinstance(value, str):
+        match = re.fullmatch(r"(\d+):(\d\d):(\d\d):(\d\d)", value.strip())
+        if match is None:
+            raise ValueError(
+                f"{value!r} is not a duration: use 'DD:HH:MM:SS' (e.g. '00:00:15:00' for 15 "
+                "minutes) or a mapping such as {minutes: 15}"
+            )
+        days, hours, minutes, seconds = (int(group) for group in match.groups())
+        duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    else:
+        unknown = sorted(set(value) - set(MAX_TIME_UNITS))
+        if unknown:
+            raise ValueError(f"unknown time unit(s) {unknown}; allowed: {list(MAX_TIME_UNITS)}")
+        if any(amount < 0 for amount in value.values()):
+            raise ValueError(f"time amounts must be >= 0, got {value}")
+        duration = timedelta(**value)
+    if duration <= timedelta(0):
+        raise ValueError("max_time must be longer than 0 seconds")
+    return duration
 
 
 def resolve_accelerator(accelerator: str) -> Literal["cpu", "gpu", "mps"]:

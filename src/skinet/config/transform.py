@@ -15,7 +15,7 @@ class TransformSpec(Section):
     """One albumentations transform: its class name and keyword arguments."""
 
     name: str
-    """Class name in ``albumentations`` (e.g. ``HorizontalFlip``)."""
+    """An albumentations class name (e.g. ``HorizontalFlip``) or SkiNet's ``CircularVignette``."""
     params: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments passed to the transform's constructor."""
 
@@ -74,17 +74,21 @@ class TransformConfig(Section):
 
 
 def check_transform_spec(index: int, spec: TransformSpec) -> str | None:
-    """Build ``spec`` with albumentations; a message naming ``train_transforms[index]`` if it fails.
+    """Build ``spec``; a message naming ``train_transforms[index]`` if it fails.
 
-    Albumentations only *warns* about unknown keyword arguments, so those warnings are turned
-    into errors here: a misspelt parameter would otherwise be silently ignored.
+    Names are SkiNet's own transforms (``skinet.data.augment.CUSTOM_TRANSFORMS``) or
+    albumentations'. Albumentations only *warns* about unknown keyword arguments, so those
+    warnings are turned into errors here: a misspelt parameter would otherwise be silently ignored.
     """
-    import albumentations as A
+    from skinet.data.augment import CUSTOM_TRANSFORMS, resolve_transform_class
 
     where = f"TRANSFORM_CONFIG.train_transforms[{index}] ({spec.name})"
-    transform_cls = getattr(A, spec.name, None)
-    if not (inspect.isclass(transform_cls) and issubclass(transform_cls, A.BasicTransform)):
-        return f"{where}: unknown albumentations transform {spec.name!r}"
+    transform_cls = resolve_transform_class(spec.name)
+    if transform_cls is None:
+        return (
+            f"{where}: unknown albumentations transform {spec.name!r} (nor one of SkiNet's "
+            f"{sorted(CUSTOM_TRANSFORMS)})"
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

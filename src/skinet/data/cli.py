@@ -113,13 +113,15 @@ def _print_problems(console: Console, problems: list[Problem]) -> None:
 def run_stats(args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the mean/std of the chosen split's images as a ``DATA_CONFIG`` YAML block."""
     from skinet.data.loaders import index_dataset
+    from skinet.data.preprocess import build_preprocessing
     from skinet.data.stats import compute_channel_stats
 
     console = console or Console()
-    _, splits = index_dataset(_data_config(args))
+    data = _data_config(args)
+    _, splits = index_dataset(data)
     names = list(splits) if args.split == "all" else [args.split]
     paths = [s.image_path for name in names for s in splits.get(name, [])]
-    stats = compute_channel_stats(paths)
+    stats = compute_channel_stats(paths, preprocessing=build_preprocessing(data))
     print(stats.to_yaml(), end="")
     return 0
 

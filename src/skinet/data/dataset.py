@@ -22,6 +22,7 @@ from torch.utils.data import Dataset
 from skinet.data.errors import Problem
 from skinet.data.io import load_pair, load_pair_or_raise
 from skinet.data.layouts import Sample
+from skinet.data.preprocess import Preprocessing, as_preprocessing
 from skinet.data.transforms import Normalizer
 
 logger = logging.getLogger(__name__)
@@ -46,24 +47,30 @@ def _decode_threads() -> int:
 
 def decode_split(
     samples: Sequence[Sample],
-    image_size: int,
+    preprocessing: Preprocessing | int,
     *,
     keep: bool,
     split: str | None = None,
     description: str | None = None,
 ) -> DecodedSplit:
-    """Decode, check and resize every pair; keep the pixels only when ``keep`` (the RAM cache).
+    """Decode, check and preprocess every pair; keep the pixels only when ``keep`` (the RAM cache).
 
-    All pairs are visited even after a problem, so the caller can report every bad file at once.
+    ``preprocessing`` is :func:`~skinet.data.preprocess.build_preprocessing`'s result, or an
+    ``int`` for a plain squash to that size. All pairs are visited even after a problem, so the
+    caller can report every bad file at once.
     """
+    spec = as_preprocessing(preprocessing)
+    if spec.image_size is None:
+        raise ValueError("decode_split needs an image_size (the side of the cached arrays)")
+    image_size = spec.image_size
     count = len(samples)
     images = np.empty((count, image_size, image_size, 3), np.uint8) if keep else None
     masks = np.empty((count, image_size, image_size), np.uint8) if keep else None
     problems: list[Problem] = []
 
     def work(i: int) -> list[Problem]:
-        size = image_size if keep else None  # a check only: skip the resize
-        result = load_pair(samples[i].image_path, samples[i].mask_path, size, split)
+        placed = spec if keep else None  # a check only: skip the preprocessing
+        result = load_pair(samples[i].image_path, samples[i].mask_path, placed, split)
         if isinstance(result, list):
             return result
         if images is not None and masks is not None:
@@ -91,7 +98,7 @@ def _with_progress(items: Iterator[list[Problem]], total: int, description: str)
 
 
 class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Image/mask pairs resized to ``image_size``, augmented and normalised.
+    """Image/mask pairs preprocessed to ``image_size``, augmented and normalised.
 
     Items are ``(image, mask)``: float32 (3, H, W) normalised and float32 (1, H, W) in {0, 1}.
 
@@ -103,6 +110,8 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         images: Cached uint8 (N, H, W, 3) array; ``None`` reads from disk per access.
         masks: Cached uint8 (N, H, W) array in {0, 1}; given together with ``images``.
         split: Name used in messages.
+        preprocessing: Resize mode and colour constancy of uncached reads (``None``: a plain
+            squash to ``image_size``); cached arrays were made with the same.
     """
 
     def __init__(
@@ -114,6 +123,7 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         images: np.ndarray | None = None,
         masks: np.ndarray | None = None,
         split: str = "",
+        preprocessing: Preprocessing | None = None,
     ) -> None:
         if (images is None) != (masks is None):
             raise ValueError("images and masks must be cached together")
@@ -130,6 +140,7 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         self.images = images
         self.masks = masks
         self.split = split
+        self.preprocessing = preprocessing or Preprocessing(image_size)
 
     @property
     def cached(self) -> bool:
@@ -147,11 +158,11 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return len(self.samples)
 
     def load_raw(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """The resized, un-augmented uint8 image (H, W, 3) and {0,1} mask (H, W)."""
+        """The preprocessed, un-augmented uint8 image (H, W, 3) and {0,1} mask (H, W)."""
         if self.images is not None and self.masks is not None:
             return self.images[index], self.masks[index]
         sample = self.samples[index]
-        return load_pair_or_raise(sample.image_path, sample.mask_path, self.image_size)
+        return load_pair_or_raise(sample.image_path, sample.mask_path, self.preprocessing)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         image, mask = self.load_raw(index)

@@ -13,6 +13,8 @@ import cv2
 import numpy as np
 
 from skinet.data.errors import DatasetError, Problem
+from skinet.data.preprocess import Preprocessing, as_preprocessing, preprocess_pair
+from skinet.data.preprocess import resize_image as resize_image  # importable from here as before
 
 MASK_THRESHOLD = 128
 """Anti-aliased 8-bit masks are binarised at this value."""
@@ -107,30 +109,17 @@ def read_mask(path: Path) -> np.ndarray:
     return (array >= MASK_THRESHOLD).astype(np.uint8)
 
 
-def resize_image(image: np.ndarray, size: int) -> np.ndarray:
-    """Resize to ``size x size`` by area when shrinking, linearly when enlarging."""
-    height, width = image.shape[:2]
-    if (height, width) == (size, size):
-        return image
-    shrink = size < height or size < width
-    return cv2.resize(
-        image, (size, size), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
-    )
-
-
-def resize_pair(image: np.ndarray, mask: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Resize to ``size x size``: the image with :func:`resize_image`, the mask by nearest."""
-    if mask.shape == (size, size):
-        return image, mask
-    return resize_image(image, size), cv2.resize(
-        mask, (size, size), interpolation=cv2.INTER_NEAREST
-    )
-
-
 def load_pair(
-    image_path: Path, mask_path: Path, size: int | None, split: str | None = None
+    image_path: Path,
+    mask_path: Path,
+    preprocessing: Preprocessing | int | None,
+    split: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | list[Problem]:
-    """Decode, check and resize one pair; problems instead of arrays when it is unusable."""
+    """Decode, check and preprocess one pair; problems instead of arrays when it is unusable.
+
+    ``preprocessing`` is a :class:`~skinet.data.preprocess.Preprocessing`, an ``int`` (plain
+    squash to that size) or ``None`` (decode and check only).
+    """
     problems: list[Problem] = []
     image = mask = None
     try:
@@ -152,16 +141,16 @@ def load_pair(
                 split,
             )
         ]
-    if size is not None:
-        image, mask = resize_pair(image, mask, size)
+    if preprocessing is not None:
+        image, mask = preprocess_pair(image, mask, as_preprocessing(preprocessing))
     return image, mask
 
 
 def load_pair_or_raise(
-    image_path: Path, mask_path: Path, size: int | None
+    image_path: Path, mask_path: Path, preprocessing: Preprocessing | int | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`load_pair` raising :class:`DatasetError` for a file gone bad since the check."""
-    result = load_pair(image_path, mask_path, size)
+    result = load_pair(image_path, mask_path, preprocessing)
     if isinstance(result, list):
         raise DatasetError(result)
     return result

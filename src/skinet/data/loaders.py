@@ -25,6 +25,7 @@ from skinet.data.layouts import (
     read_layout,
     resolve_data_root,
 )
+from skinet.data.preprocess import build_preprocessing
 from skinet.data.synthetic import is_complete, make_synthetic_dataset
 from skinet.data.transforms import build_normalizer, build_train_transform
 
@@ -232,7 +233,8 @@ def build_dataset(
             raise DatasetError(problems)
         samples = splits[split]
     data = cfg.data
-    decoded = decode_split(samples, data.image_size, keep=cfg.train.cache_in_ram, split=split)
+    preprocessing = build_preprocessing(cfg)
+    decoded = decode_split(samples, preprocessing, keep=cfg.train.cache_in_ram, split=split)
     if decoded.problems:
         raise DatasetError(decoded.problems)
     dataset = SegmentationDataset(
@@ -243,6 +245,7 @@ def build_dataset(
         images=decoded.images,
         masks=decoded.masks,
         split=split,
+        preprocessing=preprocessing,
     )
     if dataset.cached:
         logger.info(

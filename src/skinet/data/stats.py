@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from skinet.data.io import read_image
+from skinet.data.preprocess import Preprocessing, preprocess_image
 
 
 @dataclass(frozen=True)
@@ -20,30 +22,43 @@ class ChannelStats:
     std: tuple[float, float, float]
     num_images: int
     num_pixels: int
+    color_constancy: str = "none"
+    """Colour constancy applied before the statistics were taken."""
 
     def to_yaml(self) -> str:
         """A ``DATA_CONFIG`` block to paste into a config file."""
         mean = ", ".join(f"{v:.4f}" for v in self.mean)
         std = ", ".join(f"{v:.4f}" for v in self.std)
+        method = self.color_constancy
+        corrected = "" if method == "none" else f"  color_constancy: {method}\n"
         return (
             f"# {self.num_images} images, {self.num_pixels} pixels\n"
             "DATA_CONFIG:\n"
             '  normalization_mode: "standard"\n'
+            f"{corrected}"
             f"  mean: [{mean}]\n"
             f"  std: [{std}]\n"
         )
 
 
-def _sums(path: Path) -> tuple[np.ndarray, np.ndarray, int]:
-    pixels = read_image(path).reshape(-1, 3).astype(np.float64) / 255.0
+def _sums(path: Path, preprocessing: Preprocessing) -> tuple[np.ndarray, np.ndarray, int]:
+    image, _ = preprocess_image(read_image(path), preprocessing)
+    pixels = image.reshape(-1, 3).astype(np.float64) / 255.0
     return pixels.sum(axis=0), np.square(pixels).sum(axis=0), len(pixels)
 
 
 def compute_channel_stats(
-    image_paths: Sequence[Path], threads: int = 4, progress: bool = True
+    image_paths: Sequence[Path],
+    threads: int = 4,
+    progress: bool = True,
+    preprocessing: Preprocessing | None = None,
 ) -> ChannelStats:
     """Mean/std per RGB channel over all pixels (images at their native size).
 
+    ``preprocessing`` (``DATA_CONFIG``'s, from
+    :func:`~skinet.data.preprocess.build_preprocessing`) applies its colour constancy first, so
+    the statistics describe the corrected images the model is fed; resizing and letterbox
+    padding are left out (padding would bias the mean towards ``pad_value``).
     Sums and sums of squares are accumulated in float64, which is exact enough for millions of
     pixels per image and thousands of images.
     """
@@ -53,7 +68,10 @@ def compute_channel_stats(
     total_sq = np.zeros(3)
     count = 0
     with ThreadPoolExecutor(threads) as pool:
-        results: Iterable[tuple[np.ndarray, np.ndarray, int]] = pool.map(_sums, image_paths)
+        native = (preprocessing or Preprocessing(None)).at_native_size()
+        results: Iterable[tuple[np.ndarray, np.ndarray, int]] = pool.map(
+            partial(_sums, preprocessing=native), image_paths
+        )
         if progress:
             from rich.console import Console
             from rich.progress import track
@@ -76,4 +94,5 @@ def compute_channel_stats(
         tuple(float(v) for v in std),  # type: ignore[arg-type]
         len(image_paths),
         count,
+        native.color_constancy,
     )

@@ -9,6 +9,7 @@ import albumentations as A
 import numpy as np
 
 from skinet.config import ExperimentConfig, TransformConfig
+from skinet.data.augment import resolve_transform_class
 
 
 def resolve_transform_seed(transform_cfg: TransformConfig, fallback_seed: int) -> int:
@@ -23,10 +24,14 @@ def resolve_transform_seed(transform_cfg: TransformConfig, fallback_seed: int) -
 def build_train_transform(cfg: ExperimentConfig) -> A.Compose:
     """The seeded training augmentation pipeline of ``cfg.transform``.
 
-    The transforms were already checked against albumentations when the config was loaded.
+    The transforms were already checked when the config was loaded; names are albumentations'
+    or SkiNet's own (:data:`skinet.data.augment.CUSTOM_TRANSFORMS`).
     """
     transform_cfg = cfg.transform
-    transforms = [getattr(A, spec.name)(**spec.params) for spec in transform_cfg.train_transforms]
+    transforms = [
+        resolve_transform_class(spec.name)(**spec.params)  # type: ignore[misc]
+        for spec in transform_cfg.train_transforms
+    ]
     kwargs: dict[str, Any] = dict(transform_cfg.compose_kwargs)
     kwargs["seed"] = resolve_transform_seed(transform_cfg, cfg.train.seed)
     return A.Compose(transforms, **kwargs)

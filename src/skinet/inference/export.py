@@ -3,10 +3,11 @@
 The exported graph maps a *normalised* image batch to probabilities:
 ``float32 (N, 3, H, W) -> float32 (N, 1, H, W)`` in ``[0, 1]``, with ``N`` free and ``H``, ``W``
 any multiples of ``size_multiple = stride ** (number_of_layers - 1)`` (16 for the default
-5-layer model). Resize to ``image_size`` as in training (or any multiple), then normalise:
-``(pixel / 255 - mean) / std`` per RGB channel for ``normalization_mode: standard``, or each
-image's own per-channel mean/std for ``image_per_channel``. These values are written to a JSON
-sidecar ``<output>.json`` next to the exported file.
+5-layer model). Preprocess as in training (``DATA_CONFIG.resize_mode``, ``color_constancy``,
+letterbox padding: the ``preprocessing`` entry), then normalise: ``(pixel / 255 - mean) / std``
+per RGB channel for ``normalization_mode: standard``, or each image's own per-channel mean/std
+for ``image_per_channel``. These values are written to a JSON sidecar ``<output>.json`` next to
+the exported file, complete enough to run the model without SkiNet.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from skinet.data.preprocess import build_preprocessing
 from skinet.inference.checkpoint import SkinetCheckpoint, build_model, load_checkpoint
 from skinet.models import UNet2D
 
@@ -201,6 +203,7 @@ def build_sidecar(
         "normalization_mode": data.normalization_mode,
         "mean": list(data.mean),
         "std": list(data.std),
+        "preprocessing": build_preprocessing(data).describe(),
         "threshold": checkpoint.threshold,
         "checkpoint": str(checkpoint.path),
     }

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import cv2
 import numpy as np
 import torch
 
 from skinet.config import ExperimentConfig
-from skinet.data.io import resize_image
+from skinet.data.preprocess import Placement, Preprocessing, build_preprocessing, preprocess_image
 from skinet.data.transforms import Normalizer, build_normalizer
 from skinet.inference.checkpoint import build_model, load_checkpoint
 from skinet.inference.postprocess import postprocess_mask
@@ -38,8 +37,9 @@ def _check_image(image: np.ndarray) -> None:
 class Predictor:
     """Binary lesion segmentation with a trained UNet2D.
 
-    Each image is resized to the training ``image_size`` (the same resizing and normalisation
-    as training), segmented, and its probability map resized back to the image's own size with
+    Each image goes through the training preprocessing (``DATA_CONFIG``'s resize mode, colour
+    constancy and normalisation, by :func:`~skinet.data.preprocess.preprocess_image`), is
+    segmented, and its probability map is un-padded and resized back to the image's own size with
     bilinear interpolation before thresholding, so outputs always match the input's height,
     width and aspect ratio.
 
@@ -82,6 +82,7 @@ class Predictor:
         self.batch_size = batch_size
         self.image_size = config.data.image_size
         self.normalizer: Normalizer = build_normalizer(config)
+        self.preprocessing: Preprocessing = build_preprocessing(config)
         self.channels_last = config.train.channels_last
         model = model.eval().to(self.device)
         if self.channels_last:
@@ -110,8 +111,13 @@ class Predictor:
 
     def preprocess(self, image: np.ndarray) -> np.ndarray:
         """uint8 RGB ``(H, W, 3)`` -> normalised float32 ``(3, S, S)`` at ``image_size``."""
+        return self.prepare(image)[0]
+
+    def prepare(self, image: np.ndarray) -> tuple[np.ndarray, Placement]:
+        """:meth:`preprocess` and the :class:`Placement` that maps the output back."""
         _check_image(image)
-        return self.normalizer(resize_image(image, self.image_size))
+        placed, placement = preprocess_image(image, self.preprocessing)
+        return self.normalizer(placed), placement
 
     @torch.inference_mode()
     def _forward(self, batch: np.ndarray) -> np.ndarray:
@@ -125,13 +131,11 @@ class Predictor:
         """Probability maps float32 ``(H_i, W_i)`` for RGB images of any sizes."""
         out: list[np.ndarray] = []
         for start in range(0, len(images), self.batch_size):
-            chunk = images[start : start + self.batch_size]
-            batch = np.stack([self.preprocess(image) for image in chunk])
-            for image, probs in zip(chunk, self._forward(batch), strict=True):
-                height, width = image.shape[:2]
-                if probs.shape != (height, width):
-                    probs = cv2.resize(probs, (width, height), interpolation=cv2.INTER_LINEAR)
-                out.append(np.clip(probs, 0.0, 1.0).astype(np.float32, copy=False))
+            prepared = [self.prepare(image) for image in images[start : start + self.batch_size]]
+            batch = np.stack([chw for chw, _ in prepared])
+            for (_, placement), probs in zip(prepared, self._forward(batch), strict=True):
+                restored = placement.restore(probs)
+                out.append(np.clip(restored, 0.0, 1.0).astype(np.float32, copy=False))
         return out
 
     def predict_proba(self, image: np.ndarray) -> np.ndarray:

@@ -93,7 +93,7 @@ def build_trainer(
     accelerator = "gpu" if train_cfg.accelerator == "cuda" else train_cfg.accelerator
     optional: dict[str, Any] = {
         key: getattr(train_cfg, key)
-        for key in ("gradient_clip_val", "limit_train_batches", "limit_val_batches")
+        for key in ("gradient_clip_val", "limit_train_batches", "limit_val_batches", "max_time")
         if getattr(train_cfg, key) is not None
     }
     return L.Trainer(

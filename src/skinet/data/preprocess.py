@@ -1,0 +1,207 @@
+"""The one preprocessing step from a decoded image to the model's square input, and back.
+
+:func:`preprocess_image` is used by the dataset decode/cache path, by ``skinet data stats`` and by
+the :class:`~skinet.inference.Predictor`, so training, validation, test, prediction, evaluation
+and the export sidecar all see the same pixels. In order:
+
+1. **resize** the RGB uint8 image: ``squash`` stretches it to ``image_size x image_size``;
+   ``letterbox`` scales it by ``image_size / max(H, W)`` so its aspect ratio is kept (area
+   interpolation when shrinking, linear when enlarging);
+2. **colour constancy** on the resized pixels (``shades_of_gray``: Minkowski p-norm white balance
+   with p = 6, as in top ISIC challenge entries), estimated on image content only;
+3. **pad** a letterboxed image centred to the square with ``pad_value`` (masks with 0).
+
+The returned :class:`Placement` says where the image landed, so a probability map at
+``image_size`` is cropped back to the content and resized to the original size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import cv2
+import numpy as np
+
+from skinet.config import DataConfig, ExperimentConfig
+
+ColorConstancy = Literal["none", "shades_of_gray"]
+ResizeMode = Literal["squash", "letterbox"]
+
+SHADES_OF_GRAY_POWER = 6
+"""Minkowski norm of the shades-of-gray illuminant estimate (Finlayson & Trezzi, 2004)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where an ``(H, W)`` image sits inside the ``size x size`` model input.
+
+    Attributes:
+        original: ``(H, W)`` of the image before preprocessing.
+        content: ``(h, w)`` of the resized image inside the square.
+        offset: ``(top, left)`` of the content in the square (0, 0 unless letterboxed).
+    """
+
+    original: tuple[int, int]
+    content: tuple[int, int]
+    offset: tuple[int, int]
+
+    def crop(self, array: np.ndarray) -> np.ndarray:
+        """The content region of an array laid out like the model input (padding removed)."""
+        (top, left), (height, width) = self.offset, self.content
+        return array[top : top + height, left : left + width]
+
+    def restore(self, probs: np.ndarray) -> np.ndarray:
+        """A probability map at the model input's size -> the original ``(H, W)`` (bilinear)."""
+        content = self.crop(probs)
+        height, width = self.original
+        if content.shape[:2] == (height, width):
+            return content
+        return cv2.resize(
+            np.ascontiguousarray(content), (width, height), interpolation=cv2.INTER_LINEAR
+        )
+
+
+def compute_placement(height: int, width: int, size: int | None, mode: ResizeMode) -> Placement:
+    """The :class:`Placement` of an ``(H, W)`` image resized to ``size`` by ``mode``.
+
+    ``letterbox``: ``h = max(1, floor(H * size / max(H, W) + 0.5))`` (likewise ``w``),
+    ``top = (size - h) // 2``, ``left = (size - w) // 2``. ``size=None`` keeps the image as is.
+    """
+    if size is None:
+        return Placement((height, width), (height, width), (0, 0))
+    if mode == "squash":
+        return Placement((height, width), (size, size), (0, 0))
+    scale = size / max(height, width)
+    content = (max(1, int(height * scale + 0.5)), max(1, int(width * scale + 0.5)))
+    offset = ((size - content[0]) // 2, (size - content[1]) // 2)
+    return Placement((height, width), content, offset)
+
+
+def resize_image(image: np.ndarray, size: int | tuple[int, int]) -> np.ndarray:
+    """Resize to ``size x size`` (or ``(height, width)``): by area when shrinking, else linearly."""
+    target = (size, size) if isinstance(size, int) else size
+    height, width = image.shape[:2]
+    if (height, width) == target:
+        return image
+    shrink = target[0] < height or target[1] < width
+    return cv2.resize(
+        image,
+        (target[1], target[0]),
+        interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR,
+    )
+
+
+def apply_shades_of_gray(image: np.ndarray, power: int = SHADES_OF_GRAY_POWER) -> np.ndarray:
+    """Shades-of-gray white balance of an RGB uint8 image; a new uint8 array.
+
+    The illuminant is ``e_c = mean(x_c ** p) ** (1 / p)`` per channel on ``x = pixel / 255``;
+    each channel is multiplied by ``gain_c = |e| / (sqrt(3) e_c)`` (so a neutral grey is kept)
+    and rounded half up, clipped to ``[0, 255]``. An all-black image is returned unchanged.
+    """
+    # Per-channel histograms and 256-entry tables: the same sums as over the pixels, ~5x faster.
+    levels = np.arange(256, dtype=np.float64)
+    counts = np.stack([np.bincount(image[..., c].ravel(), minlength=256) for c in range(3)])
+    illuminant = np.power(counts @ np.power(levels / 255.0, power) / counts[0].sum(), 1.0 / power)
+    norm = float(np.sqrt(np.sum(np.square(illuminant))))
+    if norm <= 0.0 or not np.all(illuminant > 0):
+        return image.copy()
+    gains = norm / (np.sqrt(3.0) * illuminant)
+    tables = np.clip(np.floor(levels[:, None] * gains + 0.5), 0, 255).astype(np.uint8)
+    return np.stack([tables[image[..., c], c] for c in range(3)], axis=-1)
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """``DATA_CONFIG``'s preprocessing: resize mode, colour constancy and letterbox padding.
+
+    ``image_size=None`` keeps each image at its own size (colour constancy only), as
+    ``skinet data stats`` computes statistics at native resolution.
+    """
+
+    image_size: int | None
+    resize_mode: ResizeMode = "squash"
+    color_constancy: ColorConstancy = "none"
+    pad_value: int = 0
+
+    def describe(self) -> dict[str, Any]:
+        """The steps as plain data, enough to redo them without SkiNet (the export sidecar)."""
+        cc: dict[str, Any] = {"method": self.color_constancy}
+        if self.color_constancy == "shades_of_gray":
+            cc.update(
+                power=SHADES_OF_GRAY_POWER,
+                rule="x = pixel / 255 per RGB channel c of the resized image (before padding); "
+                "e_c = mean(x_c ** power) ** (1 / power); gain_c = sqrt(sum(e ** 2)) / "
+                "(sqrt(3) * e_c); out = clip(floor(pixel * gain_c + 0.5), 0, 255) as uint8",
+            )
+        return {
+            "order": ["resize", "color_constancy", "pad", "normalize"],
+            "resize_mode": self.resize_mode,
+            "resize": "squash: (h, w) = (image_size, image_size); letterbox: s = image_size / "
+            "max(H, W), h = max(1, floor(H * s + 0.5)), w = max(1, floor(W * s + 0.5))",
+            "interpolation": "cv2.INTER_AREA if h < H or w < W else cv2.INTER_LINEAR "
+            "(no resize when (h, w) == (H, W))",
+            "color_constancy": cc,
+            "pad": {
+                "value": self.pad_value if self.resize_mode == "letterbox" else None,
+                "top": "(image_size - h) // 2",
+                "left": "(image_size - w) // 2",
+                "rule": "place the (h, w) image at (top, left) in an image_size x image_size "
+                "uint8 canvas filled with value (every channel)",
+            },
+            "restore": "probs[top:top + h, left:left + w] resized to (W, H) with "
+            "cv2.INTER_LINEAR (no resize when (h, w) == (H, W)), then lesion = probs >= "
+            "threshold",
+        }
+
+    def at_native_size(self) -> Preprocessing:
+        """The same preprocessing without resizing (or padding)."""
+        return Preprocessing(None, self.resize_mode, self.color_constancy, self.pad_value)
+
+
+def build_preprocessing(cfg: ExperimentConfig | DataConfig) -> Preprocessing:
+    """The :class:`Preprocessing` of ``DATA_CONFIG`` (old configs: squash, no colour constancy)."""
+    data = cfg.data if isinstance(cfg, ExperimentConfig) else cfg
+    return Preprocessing(data.image_size, data.resize_mode, data.color_constancy, data.pad_value)
+
+
+def as_preprocessing(spec: Preprocessing | int | None) -> Preprocessing:
+    """``spec`` itself; an ``int`` is today's plain squash to that size, ``None`` no resize."""
+    return spec if isinstance(spec, Preprocessing) else Preprocessing(spec)
+
+
+def preprocess_image(image: np.ndarray, spec: Preprocessing) -> tuple[np.ndarray, Placement]:
+    """RGB uint8 ``(H, W, 3)`` -> RGB uint8 model input and the :class:`Placement` undoing it."""
+    height, width = image.shape[:2]
+    placement = compute_placement(height, width, spec.image_size, spec.resize_mode)
+    content = resize_image(image, placement.content)
+    if spec.color_constancy == "shades_of_gray":
+        content = apply_shades_of_gray(content)
+    if spec.image_size is None or placement.content == (spec.image_size, spec.image_size):
+        return content, placement
+    return _pad(content, placement, spec.image_size, spec.pad_value), placement
+
+
+def preprocess_mask(mask: np.ndarray, placement: Placement, size: int | None) -> np.ndarray:
+    """A {0, 1} ``(H, W)`` mask placed like its image: nearest-neighbour resize, padded with 0."""
+    height, width = placement.content
+    if mask.shape != (height, width):
+        mask = cv2.resize(mask, (width, height), interpolation=cv2.INTER_NEAREST)
+    if size is None or placement.content == (size, size):
+        return mask
+    return _pad(mask, placement, size, 0)
+
+
+def preprocess_pair(
+    image: np.ndarray, mask: np.ndarray, spec: Preprocessing
+) -> tuple[np.ndarray, np.ndarray]:
+    """An image and its mask through :func:`preprocess_image` with the same placement."""
+    placed, placement = preprocess_image(image, spec)
+    return placed, preprocess_mask(mask, placement, spec.image_size)
+
+
+def _pad(array: np.ndarray, placement: Placement, size: int, value: int) -> np.ndarray:
+    out = np.full((size, size, *array.shape[2:]), value, dtype=array.dtype)
+    (top, left), (height, width) = placement.offset, placement.content
+    out[top : top + height, left : left + width] = array
+    return out
