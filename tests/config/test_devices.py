@@ -46,7 +46,9 @@ PROCESS_TABLE = [
 ]
 
 
-@pytest.mark.parametrize(("accelerator", "devices", "strategy", "visible", "expected"), PROCESS_TABLE)
+@pytest.mark.parametrize(
+    ("accelerator", "devices", "strategy", "visible", "expected"), PROCESS_TABLE
+)
 def test_processes_per_node(
     accelerator: str, devices: object, strategy: str, visible: int | None, expected: int
 ) -> None:

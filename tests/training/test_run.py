@@ -130,7 +130,8 @@ DDP_SCRIPT = textwrap.dedent(
             self.seen["test"] += len(batch[0])
 
         def total(self, trainer, stage):
-            return int(trainer.strategy.reduce(torch.tensor(float(self.seen[stage])), reduce_op="sum"))
+            seen = torch.tensor(float(self.seen[stage]))
+            return int(trainer.strategy.reduce(seen, reduce_op="sum"))
 
     raw, mode = json.loads(sys.argv[1]), sys.argv[2]
     cfg = parse_config(raw)
@@ -189,8 +190,9 @@ def test_ddp_validation_sums_counts_across_ranks(tiny_raw: dict[str, Any], tmp_p
 
 
 def test_ddp_metrics_count_each_image_once_on_odd_splits(tmp_path: Path) -> None:
-    from skinet.data.synthetic import make_synthetic_dataset
     from tests.conftest import tiny_raw_config
+
+    from skinet.data.synthetic import make_synthetic_dataset
 
     root = tmp_path / "odd"
     make_synthetic_dataset(root, num_train=4, num_val=5, num_test=3, image_size=32, seed=1)

@@ -108,7 +108,7 @@ def count_devices(
     spec = parse_device_spec(devices)
     if isinstance(spec, list):
         return max(1, len(spec))
-    if spec in ("auto", -1):
+    if spec == "auto" or spec == -1:
         return max(1, gpu_count()) if accelerator == "gpu" else 1
     return max(1, spec)
 
