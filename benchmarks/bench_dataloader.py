@@ -71,8 +71,12 @@ def bench_loader(cfg, epochs: int) -> tuple[float, list[tuple[float, float]], fl
     return images / elapsed, memory, cache_mb
 
 
-def bench_model(cfg, steps: int) -> float | None:
-    """Training images/s of the default UNet2D (forward, BCE, backward, AdamW step)."""
+def bench_model(cfg, steps: int, device: str = "cpu") -> float | None:
+    """Training images/s of the config's UNet2D (forward, BCE, backward, AdamW step) on ``device``.
+
+    On CUDA, ``16-mixed``/``bf16-mixed`` in ``TRAIN_CONFIG.precision`` run under autocast and
+    ``channels_last`` follows the config, as in training; the clock waits for the GPU.
+    """
     try:
         from skinet.models import UNet2D
     except ImportError:
@@ -80,19 +84,34 @@ def bench_model(cfg, steps: int) -> float | None:
     import torch
 
     torch.manual_seed(0)
-    model = UNet2D(**cfg.model.model_dump()).train()
+    target = torch.device(device)
+    memory_format = torch.channels_last if cfg.train.channels_last else torch.contiguous_format
+    model = UNet2D(**cfg.model.model_dump()).to(target, memory_format=memory_format).train()
     optimiser = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = cfg.train.batch_size
     size = cfg.data.image_size
-    images = torch.randn(batch, 3, size, size)
-    masks = (torch.rand(batch, 1, size, size) > 0.5).float()
+    images = torch.randn(batch, 3, size, size, device=target).contiguous(
+        memory_format=memory_format
+    )
+    masks = (torch.rand(batch, 1, size, size, device=target) > 0.5).float()
     loss_fn = torch.nn.BCEWithLogitsLoss()
+    dtypes = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
+    autocast_dtype = dtypes.get(cfg.train.precision) if target.type == "cuda" else None
+
+    def sync() -> None:
+        if target.type == "cuda":
+            torch.cuda.synchronize(target)
+
     elapsed = 0.0
     for step in range(steps + 2):
+        sync()
         start = time.perf_counter()
         optimiser.zero_grad(set_to_none=True)
-        loss_fn(model(images), masks).backward()
+        with torch.autocast(target.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            logits = model(images)
+        loss_fn(logits.float(), masks).backward()
         optimiser.step()
+        sync()
         if step >= 2:  # warm-up steps excluded
             elapsed += time.perf_counter() - start
     return steps * batch / elapsed

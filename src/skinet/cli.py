@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import warnings
@@ -102,7 +103,9 @@ def configure_logging(verbose: bool = False) -> None:
         root.addHandler(handler)
     # Both configure their loggers at import; import them first so the settings below stick.
     import lightning.pytorch  # noqa: F401
-    import mlflow  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # MLflow is not needed to predict or train untracked
+        import mlflow  # noqa: F401
 
     for noisy in ("alembic", "mlflow", "urllib3", "matplotlib", "PIL"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

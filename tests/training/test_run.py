@@ -112,10 +112,26 @@ DDP_SCRIPT = textwrap.dedent(
     """
     import json, sys
     import lightning as L
+    import torch
     import torch.distributed as dist
     from skinet.config import parse_config
     from skinet.data import build_dataloaders
     from skinet.training import LightningModel, configure_reproducibility, train_and_evaluate
+
+    class CountImages(L.Callback):
+        # Images scored per stage, summed over ranks: each image once means the split's size.
+        def __init__(self):
+            self.seen = {"val": 0, "test": 0}
+
+        def on_validation_batch_end(self, trainer, module, outputs, batch, *args):
+            self.seen["val"] += len(batch[0])
+
+        def on_test_batch_end(self, trainer, module, outputs, batch, *args):
+            self.seen["test"] += len(batch[0])
+
+        def total(self, trainer, stage):
+            seen = torch.tensor(float(self.seen[stage]))
+            return int(trainer.strategy.reduce(seen, reduce_op="sum"))
 
     raw, mode = json.loads(sys.argv[1]), sys.argv[2]
     cfg = parse_config(raw)
@@ -124,10 +140,16 @@ DDP_SCRIPT = textwrap.dedent(
         configure_reproducibility(cfg)
         loaders = build_dataloaders(cfg, world_size=cfg.train.ddp_processes_per_node)
         model = LightningModel(cfg.to_yaml_dict())
+        counter = CountImages()
         trainer = L.Trainer(accelerator="cpu", strategy=cfg.train.strategy,
-                            devices=cfg.train.devices, logger=False, enable_progress_bar=False)
+                            devices=cfg.train.devices, logger=False, enable_progress_bar=False,
+                            callbacks=[counter])
         trainer.validate(model, loaders.val, verbose=False)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        trainer.test(model, loaders.test, verbose=False)
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+        metrics["val_images_seen"] = counter.total(trainer, "val")
+        metrics["test_images_seen"] = counter.total(trainer, "test")
     else:
         metrics = train_and_evaluate(cfg, visualize=False)
     if not dist.is_initialized() or dist.get_rank() == 0:
@@ -164,6 +186,30 @@ def test_ddp_validation_sums_counts_across_ranks(tiny_raw: dict[str, Any], tmp_p
     raw["TRAIN_CONFIG"].update({"strategy": "ddp", "devices": 2})
     ddp = _run_script(raw, tmp_path, "validate")
     for name in ("val_best_dice_at_threshold", "val_mean_dice_per_image", "val_optimal_threshold"):
+        assert ddp[name] == pytest.approx(single[name], abs=1e-6), name
+
+
+def test_ddp_metrics_count_each_image_once_on_odd_splits(tmp_path: Path) -> None:
+    from tests.conftest import tiny_raw_config
+
+    from skinet.data.synthetic import make_synthetic_dataset
+
+    root = tmp_path / "odd"
+    make_synthetic_dataset(root, num_train=4, num_val=5, num_test=3, image_size=32, seed=1)
+    # One image per forward pass: every probability is bitwise the same in both runs, so the
+    # summed counts (and metrics computed from them) must agree exactly.
+    raw = _offline(tiny_raw_config(tmp_path, root), batch_size=1)
+    single = _run_script(raw, tmp_path, "validate")
+    raw["TRAIN_CONFIG"].update({"strategy": "ddp", "devices": 2})
+    ddp = _run_script(raw, tmp_path, "validate")
+
+    assert (ddp["val_images_seen"], ddp["test_images_seen"]) == (5, 3)
+    exact = ("val_dice", "val_iou", "val_best_dice_at_threshold", "val_optimal_threshold")
+    for name in (*exact, "test_dice", "test_iou"):
+        assert ddp[name] == single[name], name
+    for name in ("val_loss", "val_mean_dice_per_image", "val_mean_iou_per_image", "test_loss"):
+        assert ddp[name] == pytest.approx(single[name], abs=1e-6), name
+    for name in ("test_mean_dice_per_image", "test_mean_iou_per_image"):
         assert ddp[name] == pytest.approx(single[name], abs=1e-6), name
 
 

@@ -1,4 +1,8 @@
-"""MLflow logger and the artifacts logged around ``fit``."""
+"""MLflow logger and the artifacts logged around ``fit``.
+
+``mlflow`` is imported only where a run is written, so training with the MLflow logger off
+works on a machine without MLflow installed.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lightning as L
-import mlflow
 import yaml
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
@@ -41,6 +44,8 @@ class SkiNetMLFlowLogger(MLFlowLogger):
         elif self.failed:
             status = "failed"
         try:
+            import mlflow
+
             # Metrics are logged asynchronously (see build_mlflow_logger); land them first.
             mlflow.flush_async_logging()
             super().finalize(status)

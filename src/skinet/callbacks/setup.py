@@ -13,7 +13,6 @@ from lightning.pytorch.callbacks import (
     ModelCheckpoint,
 )
 from lightning.pytorch.loggers import Logger
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from skinet.callbacks.mlflow_artifacts import MLflowTrainingArtifactsCallback, SkiNetMLFlowLogger
 from skinet.callbacks.plots import TrainingPlotsCallback
@@ -116,6 +115,8 @@ def build_mlflow_logger(
     With ``resume_run_id`` the logger continues that run (set back to ``RUNNING``) when it still
     exists in the store, so a resumed training keeps one metric history.
     """
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID  # only with tracking on
+
     mlflow_cfg = cfg.train.mlflow_config
     uri = resolve_tracking_uri(cfg)
     check_tracking_server(uri)

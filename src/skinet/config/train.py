@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from skinet.config.base import Section
+from skinet.config.devices import count_processes_per_node, parse_device_spec, resolve_accelerator
 
 Accelerator = Literal["auto", "cpu", "gpu", "cuda", "mps"]
 Precision = Literal[
@@ -215,6 +216,12 @@ class TrainConfig(Section):
             parse_max_time(value)
         return value
 
+    @field_validator("devices")
+    @classmethod
+    def _check_devices(cls, devices: int | list[int] | str) -> int | list[int] | str:
+        parse_device_spec(devices)
+        return devices
+
     @model_validator(mode="after")
     def _derive_auto_values(self) -> TrainConfig:
         accelerator = resolve_accelerator(self.accelerator)
@@ -236,20 +243,13 @@ class TrainConfig(Section):
 
     @property
     def ddp_processes_per_node(self) -> int:
-        """Processes a DDP strategy starts on this node (1 otherwise)."""
-        if not self.strategy.startswith("ddp"):
-            return 1
-        if isinstance(self.devices, int):
-            return max(1, self.devices)
-        if isinstance(self.devices, list):
-            return max(1, len(self.devices))
-        if self.devices != "auto":
-            return max(1, len([d for d in str(self.devices).split(",") if d.strip()]))
-        if resolve_accelerator(self.accelerator) == "gpu":
-            import torch
+        """Processes the strategy starts on each node (``auto`` runs DDP on several devices)."""
+        return count_processes_per_node(self.resolved_accelerator, self.devices, self.strategy)
 
-            return max(1, torch.cuda.device_count())
-        return 1
+    @property
+    def world_size(self) -> int:
+        """Training processes over all nodes (what each DataLoader is divided among)."""
+        return self.ddp_processes_per_node * self.num_nodes
 
 
 MAX_TIME_UNITS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds")
@@ -281,20 +281,3 @@ def parse_max_time(value: str | dict[str, int]) -> timedelta:
     if duration <= timedelta(0):
         raise ValueError("max_time must be longer than 0 seconds")
     return duration
-
-
-def resolve_accelerator(accelerator: str) -> Literal["cpu", "gpu", "mps"]:
-    """Map ``auto``/``cuda``/``gpu``/``mps``/``cpu`` to what this machine runs on."""
-    if accelerator == "cpu":
-        return "cpu"
-    if accelerator in ("gpu", "cuda"):
-        return "gpu"
-    if accelerator == "mps":
-        return "mps"
-    import torch
-
-    if torch.cuda.is_available():
-        return "gpu"
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"

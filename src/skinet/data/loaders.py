@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, get_worker_info
 
 from skinet.config import DataConfig, ExperimentConfig
 from skinet.data.dataset import SegmentationDataset, decode_split
@@ -110,6 +111,38 @@ class RepeatDataLoader(DataLoader):
             pin_memory_device=pin_memory_device,
             in_order=in_order,
         )
+
+
+class EvalDistributedSampler(DistributedSampler):
+    """Every sample exactly once over all ranks: rank ``r`` of ``W`` takes ``r, r + W, ...``.
+
+    Lightning's own sampler pads each rank to the same length by repeating samples, so under DDP
+    a validation or test split whose size is not a multiple of the world size would count some
+    images twice in the epoch metrics. Lightning has an unpadded sampler only for prediction,
+    and it needs the process group when built; this one reads the group when iterated, because
+    the loaders are built before the ``Trainer`` starts it. Outside a process group it yields the
+    whole split in order. Being a ``DistributedSampler``, Lightning leaves it in place.
+
+    Ranks may then get different numbers of batches, which is safe as long as nothing in a
+    validation or test step synchronises across ranks (SkiNet's metrics sync at epoch end).
+    """
+
+    def __init__(self, dataset: Dataset) -> None:
+        super().__init__(dataset, num_replicas=1, rank=0, shuffle=False)
+
+    def _update_world(self) -> None:
+        if dist.is_available() and dist.is_initialized():
+            self.num_replicas, self.rank = dist.get_world_size(), dist.get_rank()
+        else:
+            self.num_replicas, self.rank = 1, 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        self._update_world()
+        return iter(range(self.rank, len(self.dataset), self.num_replicas))  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        self._update_world()
+        return len(range(self.rank, len(self.dataset), self.num_replicas))  # type: ignore[arg-type]
 
 
 @dataclass
@@ -257,7 +290,7 @@ def build_dataset(
     return dataset
 
 
-def build_dataloaders(cfg: ExperimentConfig, world_size: int = 1) -> DataLoaders:
+def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> DataLoaders:
     """Checked datasets and loaders of the train/val/test splits of ``cfg``.
 
     Resolves the data root (generating the synthetic set if needed), pairs the files, carves
@@ -266,7 +299,9 @@ def build_dataloaders(cfg: ExperimentConfig, world_size: int = 1) -> DataLoaders
 
     Args:
         cfg: The experiment config.
-        world_size: DDP processes in total; used to check there is a batch for every rank.
+        world_size: Training processes in total (``None``: ``TRAIN_CONFIG.world_size``); used
+            to check there is a batch for every rank. Validation and test loaders carry an
+            :class:`EvalDistributedSampler`, so under DDP each image is scored exactly once.
 
     Raises:
         DatasetError: listing every problem found (all splits together).
@@ -296,6 +331,7 @@ def build_dataloaders(cfg: ExperimentConfig, world_size: int = 1) -> DataLoaders
         logger.info("RAM cache holds %.1f MB in total", total / 2**20)
 
     train_cfg = cfg.train
+    world_size = train_cfg.world_size if world_size is None else world_size
     batch_size = train_cfg.batch_size
     if len(train_ds) < batch_size * world_size:
         logger.warning(
@@ -314,6 +350,10 @@ def build_dataloaders(cfg: ExperimentConfig, world_size: int = 1) -> DataLoaders
     train = RepeatDataLoader(
         train_ds, shuffle=True, drop_last=len(train_ds) >= batch_size * world_size, **common
     )
-    val = RepeatDataLoader(val_ds, shuffle=False, **common)
-    test = RepeatDataLoader(test_ds, shuffle=False, **common) if test_ds is not None else None
+    val = RepeatDataLoader(val_ds, sampler=EvalDistributedSampler(val_ds), **common)
+    test = (
+        RepeatDataLoader(test_ds, sampler=EvalDistributedSampler(test_ds), **common)
+        if test_ds is not None
+        else None
+    )
     return DataLoaders(train, val, test, train_ds, val_ds, test_ds)

@@ -26,8 +26,11 @@ def visualize_augmented_data(
     """Write augmented samples of ``dataset`` as a grid with lesion contours drawn in green.
 
     Every RNG training depends on is left exactly as it was: Python ``random``, NumPy, torch
-    (CPU and CUDA) states are restored in a ``finally``, and the dataset's own augmentation
-    pipeline is replaced by a copy while drawing, so its seeded stream is not advanced either.
+    (CPU, and CUDA when CUDA is already initialised) states are restored in a ``finally``, and
+    the dataset's own augmentation pipeline is replaced by a copy while drawing, so its seeded
+    stream is not advanced either. CUDA is never initialised here: drawing runs on the CPU and
+    cannot advance a CUDA generator, and initialising it before the ``Trainer`` starts breaks
+    fork-based DDP (``ddp_fork``, ``ddp_notebook``).
 
     Args:
         dataset: Usually the training dataset (with its augmentations).
@@ -43,7 +46,7 @@ def visualize_augmented_data(
     py_state = random.getstate()
     np_state = np.random.get_state()
     torch_state = torch.get_rng_state()
-    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     original_transform = dataset.transform
     try:
         dataset.transform = copy.deepcopy(original_transform)

@@ -21,7 +21,12 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--fill-holes", action="store_true", help="fill holes inside the mask")
     parser.add_argument("--batch-size", type=int, default=8, help="images per forward pass")
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument(
+        "--device",
+        default="auto",
+        choices=("auto", "cpu", "cuda", "mps"),
+        help="where the model runs (auto: CUDA, else Apple MPS, else CPU)",
+    )
 
 
 def _build_predictor(args: argparse.Namespace) -> Any:

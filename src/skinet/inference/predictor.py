@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from skinet.config import ExperimentConfig
+from skinet.config.devices import cuda_available, mps_available
 from skinet.data.preprocess import Placement, Preprocessing, build_preprocessing, preprocess_image
 from skinet.data.transforms import Normalizer, build_normalizer
 from skinet.inference.checkpoint import build_model, load_checkpoint
@@ -18,12 +19,23 @@ from skinet.models import UNet2D
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``auto`` -> ``cuda`` when available, else ``cpu``; anything else as given."""
+    """``auto`` -> ``cuda`` when available, else ``mps`` (Apple silicon), else ``cpu``.
+
+    Raises:
+        ValueError: ``cuda`` or ``mps`` was asked for on a machine without it.
+    """
     if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if cuda_available():
+            return torch.device("cuda")
+        return torch.device("mps" if mps_available() else "cpu")
     resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
+    if resolved.type == "cuda" and not cuda_available():
         raise ValueError("--device cuda was requested but CUDA is not available here")
+    if resolved.type == "mps" and not mps_available():
+        raise ValueError(
+            "--device mps was requested but this machine has no Apple MPS backend "
+            "(torch.backends.mps.is_available() is False)"
+        )
     return resolved
 
 
@@ -47,7 +59,7 @@ class Predictor:
         model: The trained network (returns logits).
         config: The experiment config it was trained with (``image_size``, normalisation).
         threshold: Probability cutoff; a pixel is lesion iff ``proba >= threshold``.
-        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or a ``torch.device``.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"mps"`` or a ``torch.device``.
         tta: Average probabilities over horizontal, vertical and both flips.
         keep_largest: Keep only the largest connected component of each mask.
         fill_holes: Fill holes inside each mask.

@@ -1,35 +1,35 @@
-"""Experiments over many runs: the Optuna grid sweep, multi-seed runs and the block ablation."""
+"""Experiments over many runs: the Optuna grid sweep, multi-seed runs and the block ablation.
 
-from skinet.sweep.search_space import (
-    build_search_space,
-    build_trial_config,
-    grid_points,
-    scale_lr,
-    trial_run_name,
-    validate_search_space,
-)
-from skinet.sweep.study import (
-    SweepResult,
-    build_objective,
-    default_storage_url,
-    default_study_name,
-    objective_overrides,
-    parent_run_name,
-    run_sweep,
-)
+Names are imported lazily, so that building the ``skinet`` command line (which registers the
+sweep subcommands) does not import Optuna or MLflow: ``skinet predict`` and training with
+tracking off work without them.
+"""
 
-__all__ = [
-    "SweepResult",
-    "build_objective",
-    "build_search_space",
-    "build_trial_config",
-    "default_storage_url",
-    "default_study_name",
-    "grid_points",
-    "objective_overrides",
-    "parent_run_name",
-    "run_sweep",
-    "scale_lr",
-    "trial_run_name",
-    "validate_search_space",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "SweepResult": "skinet.sweep.study",
+    "build_objective": "skinet.sweep.study",
+    "build_search_space": "skinet.sweep.search_space",
+    "build_trial_config": "skinet.sweep.search_space",
+    "default_storage_url": "skinet.sweep.study",
+    "default_study_name": "skinet.sweep.study",
+    "grid_points": "skinet.sweep.search_space",
+    "objective_overrides": "skinet.sweep.study",
+    "parent_run_name": "skinet.sweep.study",
+    "run_sweep": "skinet.sweep.study",
+    "scale_lr": "skinet.sweep.search_space",
+    "trial_run_name": "skinet.sweep.search_space",
+    "validate_search_space": "skinet.sweep.search_space",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'skinet.sweep' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -124,7 +124,10 @@ def add_sweep_subcommands(subparsers: Any) -> None:
         "--seeds", type=int, nargs="+", required=True, metavar="SEED", help="e.g. 42 200 300"
     )
 
-    from skinet.sweep.ablation import ENCODER_MODES, MERGE_MODES
+    from skinet.config.model import EncoderResidualMode, MergeResidualMode
+
+    # The modes come from the config schema: importing the ablation would import MLflow.
+    encoder_modes, merge_modes = get_args(EncoderResidualMode), get_args(MergeResidualMode)
 
     ablation = subparsers.add_parser(
         "ablation", help="train every encoder x merge residual-mode combination"
@@ -133,16 +136,16 @@ def add_sweep_subcommands(subparsers: Any) -> None:
     ablation.add_argument(
         "--encoder-modes",
         nargs="+",
-        choices=ENCODER_MODES,
+        choices=encoder_modes,
         metavar="MODE",
-        help=f"encoder residual modes (default: all of {', '.join(ENCODER_MODES)})",
+        help=f"encoder residual modes (default: all of {', '.join(encoder_modes)})",
     )
     ablation.add_argument(
         "--merge-modes",
         nargs="+",
-        choices=MERGE_MODES,
+        choices=merge_modes,
         metavar="MODE",
-        help=f"merge residual modes (default: all of {', '.join(MERGE_MODES)})",
+        help=f"merge residual modes (default: all of {', '.join(merge_modes)})",
     )
     sweep.set_defaults(func=run_sweep_command)
     seeds.set_defaults(func=run_seeds_command)

@@ -8,6 +8,7 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import MLFlowLogger
 from torch import Tensor
+from torchmetrics.aggregation import MeanMetric
 from torchmetrics.classification import BinaryF1Score, BinaryJaccardIndex
 
 from skinet.checkpoint_format import (
@@ -112,6 +113,10 @@ class LightningModel(L.LightningModule):
         self.train_iou, self.val_iou, self.test_iou = (
             BinaryJaccardIndex(validate_args=False) for _ in range(3)
         )
+        # A metric rather than ``self.log(loss, sync_dist=True)``: Lightning's mean sync divides
+        # the summed batch counts by the world size in integer arithmetic, which is wrong when
+        # ranks score different numbers of images (unpadded validation and test under DDP).
+        self.train_loss, self.val_loss, self.test_loss = (MeanMetric() for _ in range(3))
         self.val_sweep = ThresholdSweep(fixed_threshold=fixed)
         # Rebuilt in on_test_epoch_start at the threshold chosen by then.
         self.test_sweep = ThresholdSweep(fixed_threshold=self.threshold_used)
@@ -147,14 +152,15 @@ class LightningModel(L.LightningModule):
         dice.update(preds, targets)
         iou.update(preds, targets)
         batch_size = images.shape[0]
+        mean_loss = getattr(self, f"{prefix}_loss")
+        mean_loss.update(loss.detach(), batch_size)
         self.log(
             f"{prefix}_loss",
-            loss,
+            mean_loss,
             on_step=False,
             on_epoch=True,
             batch_size=batch_size,
             prog_bar=True,
-            sync_dist=True,
         )
         self.log(
             f"{prefix}_dice",
