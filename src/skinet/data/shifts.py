@@ -78,8 +78,21 @@ def shift_blur(image: np.ndarray, sigma: float, input_size: int) -> np.ndarray:
     The image is blurred at its own resolution with ``sigma * max(H, W) / input_size``, so
     after the predictor's resize the blur is at least ``sigma`` input pixels along both axes.
     """
-    scaled = sigma * max(image.shape[:2]) / input_size
-    return cv2.GaussianBlur(image, (0, 0), sigmaX=scaled, borderType=cv2.BORDER_REFLECT_101)
+    height, width = image.shape[:2]
+    scaled = sigma * max(height, width) / input_size
+    # A Gaussian's cost grows with sigma (1 s for sigma 56 on 512 px): blur a copy reduced so
+    # sigma stays >= 4 of its pixels, then enlarge. The copy is still larger than the model
+    # input (sigma <= 4 input px), so the predictor cannot tell the difference.
+    factor = int(scaled // 4)
+    if factor < 2:
+        return cv2.GaussianBlur(image, (0, 0), sigmaX=scaled, borderType=cv2.BORDER_REFLECT_101)
+    small = cv2.resize(
+        image, (round(width / factor), round(height / factor)), interpolation=cv2.INTER_AREA
+    )
+    small = cv2.GaussianBlur(
+        small, (0, 0), sigmaX=scaled / factor, borderType=cv2.BORDER_REFLECT_101
+    )
+    return cv2.resize(small, (width, height), interpolation=cv2.INTER_LINEAR)
 
 
 def shift_jpeg(image: np.ndarray, quality: float) -> np.ndarray:
@@ -87,9 +100,10 @@ def shift_jpeg(image: np.ndarray, quality: float) -> np.ndarray:
     ok, buffer = cv2.imencode(
         ".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, round(quality)]
     )
-    if not ok:
-        raise ValueError(f"JPEG encoding failed for an image of shape {image.shape}")
-    return cv2.cvtColor(cv2.imdecode(buffer, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    decoded = cv2.imdecode(buffer, cv2.IMREAD_COLOR) if ok else None
+    if decoded is None:
+        raise ValueError(f"JPEG round trip failed for an image of shape {image.shape}")
+    return cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB)
 
 
 def shift_frame(
