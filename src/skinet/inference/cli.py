@@ -1,4 +1,4 @@
-"""``skinet predict``, ``skinet evaluate`` and ``skinet export``: argument parsing only."""
+"""``skinet predict``, ``evaluate``, ``robustness`` and ``export``: argument parsing only."""
 
 from __future__ import annotations
 
@@ -103,6 +103,53 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def run_robustness(args: argparse.Namespace) -> int:
+    """Score a checkpoint clean and under every device shift; 2 on a usage error."""
+    from skinet.data.shifts import select_shifts
+    from skinet.inference.evaluate import select_samples
+    from skinet.inference.robustness import (
+        evaluate_under_shifts,
+        pair_image_folder,
+        print_robustness_table,
+        write_robustness,
+    )
+
+    if (args.images is None) != (args.masks is None):
+        log.error("--images and --masks go together")
+        return 2
+    if args.images is not None and (args.data is not None or args.dataset is not None):
+        log.error("use --images with --masks, or --data/--dataset/--split (not both)")
+        return 2
+    try:
+        shifts = select_shifts(args.shifts)
+    except ValueError as error:
+        log.error("--shifts: %s", error)
+        return 2
+    predictor = _build_predictor(args)
+    if args.images is not None:
+        samples = pair_image_folder(args.images, args.masks)
+        where = {"images": str(args.images), "masks": str(args.masks)}
+    else:
+        samples = select_samples(predictor.config, args.data, args.dataset, args.split)
+        where = {"split": args.split}
+    log.info("%d image(s) x %d conditions (seed %d)", len(samples), len(shifts) + 1, args.seed)
+    result = evaluate_under_shifts(predictor, samples, shifts, seed=args.seed)
+    result.info.update(
+        checkpoint=str(args.checkpoint),
+        **where,
+        threshold=predictor.threshold,
+        image_size=predictor.image_size,
+        tta=args.tta,
+        keep_largest=args.keep_largest,
+        fill_holes=args.fill_holes,
+    )
+    paths = write_robustness(result, args.output)
+    print_robustness_table(result)
+    log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
+    _report_failures(result.failures, "images", len(samples))
+    return result.exit_code
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -138,7 +185,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def add_inference_subcommands(subparsers: Any) -> None:
-    """Register ``predict``, ``evaluate`` and ``export``; each sets ``func`` to its handler."""
+    """Register ``predict``, ``evaluate``, ``robustness`` and ``export`` (``func``: the handler)."""
     from skinet.inference.evaluate import SPLIT_CHOICES
     from skinet.inference.export import DEFAULT_OPSET, DEFAULT_TOLERANCE
 
@@ -176,6 +223,30 @@ def add_inference_subcommands(subparsers: Any) -> None:
     evaluate.add_argument("--output", required=True, type=Path, help="folder for the reports")
     _add_model_options(evaluate)
 
+    robustness = subparsers.add_parser(
+        "robustness", help="mean per-image Jaccard of a checkpoint under device-like shifts"
+    )
+    robustness.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt from training")
+    robustness.add_argument(
+        "--data", type=Path, help="dataset folder (default: the checkpoint's DATA_CONFIG)"
+    )
+    robustness.add_argument(
+        "--dataset",
+        choices=("isic2017", "isic2018", "ph2", "folder", "synthetic"),
+        help="layout of --data (default: the checkpoint's DATA_CONFIG.dataset)",
+    )
+    robustness.add_argument("--split", default="test", choices=SPLIT_CHOICES)
+    robustness.add_argument("--images", type=Path, help="folder of images (instead of a split)")
+    robustness.add_argument("--masks", type=Path, help="folder of their masks, paired by stem")
+    robustness.add_argument(
+        "--shifts", help="comma-separated subset of the shifts (default: all of them)"
+    )
+    robustness.add_argument(
+        "--seed", type=int, default=0, help="seed of the random parts of the shifts"
+    )
+    robustness.add_argument("--output", required=True, type=Path, help="folder for the reports")
+    _add_model_options(robustness)
+
     export = subparsers.add_parser(
         "export", help="export the model (with sigmoid) to ONNX or TorchScript"
     )
@@ -191,4 +262,5 @@ def add_inference_subcommands(subparsers: Any) -> None:
     )
     predict.set_defaults(func=run_predict)
     evaluate.set_defaults(func=run_evaluate)
+    robustness.set_defaults(func=run_robustness)
     export.set_defaults(func=run_export)

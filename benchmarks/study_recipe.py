@@ -1,0 +1,380 @@
+"""Recipe study: candidate training recipes at an equal wall-clock budget, scored clean and shifted.
+
+Usage::
+
+    # screening: every single option at 5 minutes, two seeds each
+    python benchmarks/study_recipe.py --data-dir data/ISIC2017 --output study --budget 00:00:05:00
+    # the last candidates at the full budget
+    python benchmarks/study_recipe.py --data-dir data/ISIC2017 --output study \\
+        --budget 00:00:15:00 --candidates baseline,instance+shades_of_gray+robust_aug
+    # the table of what has finished so far
+    python benchmarks/study_recipe.py --output study --table
+
+Every cell (candidate x seed x budget) is one ``skinet train`` of ``--base-config`` (default
+``configs/main_config.yaml``) at ``--image-size`` (128) with ``TRAIN_CONFIG.max_time`` set to
+the budget, then ``skinet robustness --split val`` on the run's best checkpoint: its clean row is
+the validation mean per-image Jaccard at the original resolution, its ``mean_shifted_jaccard``
+the mean over the shift report's conditions. A candidate is an option name or several joined by
+``+`` (see ``--list``); ``--define NAME=KEY=VALUE[;KEY=VALUE]`` adds an option of your own.
+
+Resumable: ``results.json``, ``results.csv`` and ``results.md`` (two-seed means, ready to paste
+into ``docs/results.md``) in ``--output`` are rewritten after every cell, so a kill loses at
+most the cell in progress; a restart skips finished cells and starts an unfinished one afresh.
+Training runs with ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647`` (glibc then keeps
+freed memory instead of page-faulting it back every step), the same for every cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+ROBUST_TRANSFORMS = REPO / "configs" / "transforms_robust.yaml"
+ROBUST = "robust_aug"
+OPTIONS: dict[str, dict[str, Any]] = {
+    "baseline": {},
+    "instance": {"MODEL_CONFIG.norm": "instance"},
+    "group": {"MODEL_CONFIG.norm": "group"},
+    "shades_of_gray": {"DATA_CONFIG.color_constancy": "shades_of_gray"},
+    "letterbox": {"DATA_CONFIG.resize_mode": "letterbox"},
+    ROBUST: {},  # TRANSFORM_CONFIG of --robust-transforms, filled in by candidate_overrides
+    "threshold_sweep": {"TRAIN_CONFIG.optimal_threshold": None},
+}
+"""Option name -> config overrides; a candidate joins options with ``+``."""
+DEFAULT_CANDIDATES = ("baseline", "instance", "group", "shades_of_gray", "letterbox", ROBUST)
+MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "2147483647"}
+RESULTS_JSON, RESULTS_CSV, RESULTS_MD = "results.json", "results.csv", "results.md"
+CLEAN_TOLERANCE = 0.005
+"""A recipe may lose at most this much clean Jaccard against the baseline to be chosen."""
+
+
+def parse_definitions(pairs: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``["lr_high=TRAIN_CONFIG.lr=0.01;TRAIN_CONFIG.batch_size=4"]`` -> options (YAML values)."""
+    options: dict[str, dict[str, Any]] = {}
+    for pair in pairs:
+        name, sep, body = pair.partition("=")
+        if not sep or not name or "+" in name:
+            raise SystemExit(f"--define expects NAME=SECTION.key=value[;...], got {pair!r}")
+        overrides = {}
+        for item in filter(None, (part.strip() for part in body.split(";"))):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise SystemExit(f"--define {name}: expected SECTION.key=value, got {item!r}")
+            overrides[key.strip()] = yaml.safe_load(value)
+        options[name] = overrides
+    return options
+
+
+def candidate_overrides(
+    candidate: str, options: dict[str, dict[str, Any]], robust_transforms: Path
+) -> dict[str, Any]:
+    """The overrides of every option in ``candidate`` (``a+b``); later options win."""
+    overrides: dict[str, Any] = {}
+    for name in candidate.split("+"):
+        if name not in options:
+            raise SystemExit(f"unknown option {name!r} in candidate {candidate!r}; see --list")
+        if name == ROBUST:
+            overrides.update(read_transform_section(robust_transforms))
+        overrides.update(options[name])
+    return overrides
+
+
+def read_transform_section(path: Path) -> dict[str, Any]:
+    """Every key of the ``TRANSFORM_CONFIG`` section of ``path`` as a dotted override."""
+    if not path.is_file():
+        raise SystemExit(f"{ROBUST}: transforms file not found: {path} (see --robust-transforms)")
+    section = (yaml.safe_load(path.read_text()) or {}).get("TRANSFORM_CONFIG")
+    if not isinstance(section, dict):
+        raise SystemExit(f"{ROBUST}: {path} has no TRANSFORM_CONFIG mapping")
+    return {f"TRANSFORM_CONFIG.{key}": value for key, value in section.items()}
+
+
+def budget_tag(budget: str | None) -> str:
+    """Folder and table name of a budget: ``15min`` for ``00:00:15:00``, ``epochs`` for none."""
+    if budget is None:
+        return "epochs"
+    days, hours, minutes, seconds = (int(part) for part in budget.split(":"))
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    return f"{total // 60}min" if total % 60 == 0 else f"{total}s"
+
+
+def check_budget(text: str) -> str | None:
+    """``DD:HH:MM:SS`` (Lightning's ``max_time``) or ``none`` (train for ``max_epochs``)."""
+    if text.lower() == "none":
+        return None
+    parts = text.split(":")
+    if len(parts) != 4 or not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"budget must be DD:HH:MM:SS or none, got {text!r}")
+    return text
+
+
+def as_set(key: str, value: Any) -> list[str]:
+    """``--set KEY=VALUE``, the value as JSON (valid YAML; ``00:00:05:00`` stays a string)."""
+    return ["--set", f"{key}={json.dumps(value)}"]
+
+
+def run_logged(command: list[str], log_path: Path, env: dict[str, str]) -> int:
+    """Run ``command`` with stdout and stderr into ``log_path``; its exit status."""
+    with log_path.open("w") as log:
+        log.write(f"$ {shlex.join(command)}\n")
+        log.flush()
+        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+
+
+def run_cell(
+    args: argparse.Namespace, candidate: str, seed: int, overrides: dict[str, Any]
+) -> dict[str, Any]:
+    """Train one cell from scratch and score its best checkpoint; the results row."""
+    tag = budget_tag(args.budget)
+    cell_dir = (args.output / "runs" / tag / candidate / f"seed{seed}").resolve()
+    if cell_dir.exists():
+        shutil.rmtree(cell_dir)  # an unfinished cell from a killed run: start it afresh
+    cell_dir.mkdir(parents=True)
+    row: dict[str, Any] = {"budget": tag, "candidate": candidate, "seed": seed, "status": "failed"}
+    env = {**os.environ, **MALLOC_ENV}
+    skinet = [sys.executable, "-m", "skinet.cli"]
+    train = [*skinet, "train", "--config", str(args.base_config), "--no-visualize"]
+    train += as_set("TRAIN_CONFIG.output_dir", str(cell_dir))
+    train += as_set("TRAIN_CONFIG.seed", seed)
+    train += as_set("TRAIN_CONFIG.enable_progress_bar", False)
+    train += as_set("DATA_CONFIG.data_dir", str(args.data_dir.resolve()))
+    train += as_set("DATA_CONFIG.image_size", args.image_size)
+    if args.budget is not None:
+        train += as_set("TRAIN_CONFIG.max_time", args.budget)
+    for key, value in overrides.items():
+        train += as_set(key, value)
+    for pair in args.set or []:
+        train += ["--set", pair]
+    row["command"] = shlex.join(train)
+    started = time.perf_counter()
+    code = run_logged(train, cell_dir / "train.log", env)
+    row["wall_seconds"] = round(time.perf_counter() - started, 1)
+    runs = sorted(cell_dir.glob("*/metrics.json"), key=lambda p: p.stat().st_mtime)
+    if code != 0 or not runs:
+        row["error"] = f"skinet train exited {code}; see {cell_dir / 'train.log'}"
+        return row
+    trained = json.loads(runs[-1].read_text())
+    checkpoint = trained.get("best_checkpoint")
+    row.update(
+        epochs=trained.get("epochs_trained"),
+        fit_seconds=trained.get("fit_seconds"),
+        monitor=trained.get("monitor"),
+        monitor_value=trained.get("metrics", {}).get(trained.get("monitor")),
+        checkpoint=checkpoint,
+    )
+    if not checkpoint:
+        row["error"] = "training wrote no best checkpoint (TRAIN_CONFIG.use_checkpoint?)"
+        return row
+    report_dir = cell_dir / "robustness"
+    score = ["robustness", "--checkpoint", checkpoint, "--split", "val"]
+    score += ["--output", str(report_dir), "--device", args.device]
+    # In this process: inference needs no isolation, and it saves an interpreter start per cell.
+    from skinet.cli import main as skinet_main
+
+    try:
+        code = skinet_main(score)
+    except Exception as error:  # a failed cell is recorded; the study goes on
+        code, row["error"] = -1, f"skinet robustness failed: {error!r}"
+    summary_path = report_dir / "robustness.json"
+    if code not in (0, 1) or not summary_path.is_file():
+        row.setdefault("error", f"skinet robustness exited {code}")
+        return row
+    summary = json.loads(summary_path.read_text())
+    row.update(
+        status="done",
+        clean_val_jaccard=summary["clean_mean_jaccard"],
+        shifted_mean_jaccard=summary["mean_shifted_jaccard"],
+        mean_drop=summary["mean_drop"],
+        worst_condition=summary["worst_condition"],
+        num_images=summary["num_images"],
+        num_failed=summary["num_failed"],
+        threshold=summary.get("threshold"),
+        finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    return row
+
+
+def cell_key(tag: str, candidate: str, seed: int) -> str:
+    """The row's key in ``results.json``."""
+    return f"{tag}/{candidate}/seed{seed}"
+
+
+def load_results(output: Path) -> dict[str, dict[str, Any]]:
+    """Rows by :func:`cell_key` of an earlier run, or nothing."""
+    path = output / RESULTS_JSON
+    return json.loads(path.read_text())["cells"] if path.is_file() else {}
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a hidden temporary file, then rename: a kill never leaves half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def save_results(output: Path, cells: dict[str, dict[str, Any]]) -> None:
+    """``results.json``, ``results.csv`` and ``results.md`` from every row so far."""
+    write_atomic(output / RESULTS_JSON, json.dumps({"cells": cells}, indent=2))
+    columns = ["budget", "candidate", "seed", "status", "clean_val_jaccard"]
+    columns += ["shifted_mean_jaccard", "mean_drop", "worst_condition", "epochs", "fit_seconds"]
+    columns += ["wall_seconds", "monitor_value", "threshold", "checkpoint", "error", "command"]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(cells.values())
+    write_atomic(output / RESULTS_CSV, buffer.getvalue())
+    write_atomic(output / RESULTS_MD, markdown_table(cells))
+
+
+def summarise(cells: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Seed means of clean and shifted Jaccard per (budget, candidate), with deltas to baseline."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in cells.values():
+        if row.get("status") == "done":
+            groups.setdefault((row["budget"], row["candidate"]), []).append(row)
+    rows = []
+    for (tag, candidate), runs in groups.items():
+        runs.sort(key=lambda r: r["seed"])
+        rows.append(
+            {
+                "budget": tag,
+                "candidate": candidate,
+                "seeds": [r["seed"] for r in runs],
+                "clean": statistics.fmean(r["clean_val_jaccard"] for r in runs),
+                "shifted": statistics.fmean(r["shifted_mean_jaccard"] for r in runs),
+                "epochs": statistics.fmean(r["epochs"] or 0 for r in runs),
+                "per_seed": [(r["clean_val_jaccard"], r["shifted_mean_jaccard"]) for r in runs],
+            }
+        )
+    baselines = {r["budget"]: r for r in rows if r["candidate"] == "baseline"}
+    for row in rows:
+        base = baselines.get(row["budget"])
+        row["d_clean"] = None if base is None else row["clean"] - base["clean"]
+        row["d_shifted"] = None if base is None else row["shifted"] - base["shifted"]
+    rows.sort(key=lambda r: (r["budget"], r["candidate"] != "baseline", -r["shifted"]))
+    return rows
+
+
+def _signed(value: float | None) -> str:
+    return "" if value is None else f"{value:+.4f}"
+
+
+def markdown_table(cells: dict[str, dict[str, Any]]) -> str:
+    """The study table: one line per (budget, candidate), best shifted mean first."""
+    lines = [
+        "| budget | candidate | seeds | clean val Jaccard | shift-report mean | Δ clean | "
+        "Δ shifted | eligible | epochs | per seed (clean / shifted) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in summarise(cells):
+        eligible = (
+            "" if row["d_clean"] is None else "yes" if row["d_clean"] >= -CLEAN_TOLERANCE else "no"
+        )
+        per_seed = "; ".join(f"{c:.4f} / {s:.4f}" for c, s in row["per_seed"])
+        seeds = ",".join(str(s) for s in row["seeds"])
+        lines.append(
+            f"| {row['budget']} | {row['candidate']} | {seeds} | {row['clean']:.4f} | "
+            f"{row['shifted']:.4f} | {_signed(row['d_clean'])} | {_signed(row['d_shifted'])} | "
+            f"{eligible} | {row['epochs']:.1f} | {per_seed} |"
+        )
+    note = (
+        f"\nMeans over seeds; Δ against `baseline` at the same budget; eligible: loses at most "
+        f"{CLEAN_TOLERANCE} clean Jaccard. Pick the eligible candidate with the best shifted "
+        "mean.\n"
+    )
+    return "\n".join(lines) + "\n" + note
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The script's options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", required=True, type=Path, help="folder of runs and results")
+    parser.add_argument("--data-dir", type=Path, help="the ISIC 2017 folder (official layout)")
+    parser.add_argument("--base-config", type=Path, default=REPO / "configs" / "main_config.yaml")
+    parser.add_argument(
+        "--budget",
+        type=check_budget,
+        default="00:00:15:00",
+        help="TRAIN_CONFIG.max_time per run, DD:HH:MM:SS, or none (default 00:00:15:00)",
+    )
+    parser.add_argument(
+        "--candidates",
+        default=",".join(DEFAULT_CANDIDATES),
+        help="comma-separated candidates; options joined by + combine (default: each option)",
+    )
+    parser.add_argument("--seeds", default="1,2", help="comma-separated TRAIN_CONFIG.seed values")
+    parser.add_argument("--image-size", type=int, default=128, help="DATA_CONFIG.image_size")
+    parser.add_argument("--device", default="auto", help="device of skinet robustness")
+    parser.add_argument("--robust-transforms", type=Path, default=ROBUST_TRANSFORMS)
+    parser.add_argument(
+        "--define", action="append", default=[], metavar="NAME=SECTION.KEY=VALUE[;...]"
+    )
+    parser.add_argument(
+        "--set", action="append", metavar="SECTION.KEY=VALUE", help="override for every run"
+    )
+    parser.add_argument("--table", action="store_true", help="print the table and exit")
+    parser.add_argument("--list", action="store_true", help="list the options and exit")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every unfinished cell; 1 if any cell failed."""
+    args = build_parser().parse_args(argv)
+    options = {**OPTIONS, **parse_definitions(args.define)}
+    if args.list:
+        for name, overrides in options.items():
+            shown = f"TRANSFORM_CONFIG of {args.robust_transforms}" if name == ROBUST else overrides
+            print(f"{name}: {shown or 'the base config as it is'}")
+        return 0
+    args.output.mkdir(parents=True, exist_ok=True)
+    cells = load_results(args.output)
+    if args.table:
+        print(markdown_table(cells))
+        return 0
+    if args.data_dir is None or not args.data_dir.is_dir():
+        raise SystemExit(f"--data-dir must be an existing folder, got {args.data_dir}")
+    candidates = [c.strip() for c in args.candidates.split(",") if c.strip()]
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    plan = {c: candidate_overrides(c, options, args.robust_transforms) for c in candidates}
+    tag, failed = budget_tag(args.budget), 0
+    for candidate, overrides in plan.items():
+        for seed in seeds:
+            key = cell_key(tag, candidate, seed)
+            if cells.get(key, {}).get("status") == "done":
+                print(f"[skip] {key}: finished earlier")
+                continue
+            print(f"[run]  {key} ...", flush=True)
+            row = run_cell(args, candidate, seed, overrides)
+            cells[key] = row
+            save_results(args.output, cells)
+            if row["status"] != "done":
+                failed += 1
+                print(f"[fail] {key}: {row['error']}")
+            else:
+                print(
+                    f"[done] {key}: clean {row['clean_val_jaccard']:.4f}, shifted "
+                    f"{row['shifted_mean_jaccard']:.4f}, {row['epochs']} epochs"
+                )
+    save_results(args.output, cells)
+    print(markdown_table(cells))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

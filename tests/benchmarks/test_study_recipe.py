@@ -1,0 +1,88 @@
+"""``benchmarks/study_recipe.py`` on the tiny synthetic set: runs, tabulates, resumes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+from tests.conftest import tiny_raw_config
+
+from skinet.config import TrainConfig
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "study_recipe.py"
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("study_recipe", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_study_runs_cells_and_a_restart_skips_finished_ones(
+    tmp_path: Path, synthetic_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    study = _load_script()
+    raw = tiny_raw_config(tmp_path, synthetic_root)
+    raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False)
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(raw))
+    # A wall-clock budget where the schema has TRAIN_CONFIG.max_time, else max_epochs alone.
+    budget = "00:00:02:00" if "max_time" in TrainConfig.model_fields else "none"
+    out = tmp_path / "study"
+    common = ["--output", str(out), "--data-dir", str(synthetic_root), "--base-config", str(base)]
+    common += ["--budget", budget, "--seeds", "3", "--image-size", "32", "--device", "cpu"]
+    common += ["--define", "lr_high=TRAIN_CONFIG.lr=0.01"]
+
+    assert study.main([*common, "--candidates", "baseline"]) == 0
+    tag = study.budget_tag(None if budget == "none" else budget)
+    first = json.loads((out / "results.json").read_text())["cells"]
+    row = first[f"{tag}/baseline/seed3"]
+    assert row["status"] == "done" and row["num_images"] == 4 and row["epochs"] == 1
+    report = json.loads(
+        (Path(row["checkpoint"]).parents[2] / "robustness" / "robustness.json").read_text()
+    )
+    assert row["clean_val_jaccard"] == report["clean_mean_jaccard"]
+    assert row["shifted_mean_jaccard"] == report["mean_shifted_jaccard"]
+    assert ("TRAIN_CONFIG.max_time" in row["command"]) == (budget != "none")
+    checkpoint_mtime = Path(row["checkpoint"]).stat().st_mtime_ns
+
+    capsys.readouterr()
+    assert study.main([*common, "--candidates", "baseline,lr_high"]) == 0
+    printed = capsys.readouterr().out
+    assert f"[skip] {tag}/baseline/seed3" in printed and f"[done] {tag}/lr_high/seed3" in printed
+    second = json.loads((out / "results.json").read_text())["cells"]
+    assert second[f"{tag}/baseline/seed3"] == row  # not rerun
+    assert Path(row["checkpoint"]).stat().st_mtime_ns == checkpoint_mtime
+    high = second[f"{tag}/lr_high/seed3"]
+    assert high["status"] == "done" and "TRAIN_CONFIG.lr=0.01" in high["command"]
+
+    table = (out / "results.md").read_text()
+    assert f"| {tag} | baseline | 3 | {row['clean_val_jaccard']:.4f} |" in table
+    delta = high["shifted_mean_jaccard"] - row["shifted_mean_jaccard"]
+    assert f"| {tag} | lr_high |" in table and f"{delta:+.4f}" in table
+    assert (out / "results.csv").read_text().count("\n") == 3  # header + two cells
+    assert study.main(["--output", str(out), "--table"]) == 0
+    assert "lr_high" in capsys.readouterr().out
+
+
+def test_candidates_combine_options_and_reject_unknown_ones(tmp_path: Path) -> None:
+    study = _load_script()
+    transforms = tmp_path / "robust.yaml"
+    transforms.write_text("TRANSFORM_CONFIG:\n  train_transforms: []\n  seed_value: 7\n")
+    overrides = study.candidate_overrides("instance+robust_aug", study.OPTIONS, transforms)
+    assert overrides == {
+        "MODEL_CONFIG.norm": "instance",
+        "TRANSFORM_CONFIG.train_transforms": [],
+        "TRANSFORM_CONFIG.seed_value": 7,
+    }
+    with pytest.raises(SystemExit, match="unknown option 'nope'"):
+        study.candidate_overrides("baseline+nope", study.OPTIONS, transforms)
+    with pytest.raises(SystemExit, match="transforms file not found"):
+        study.candidate_overrides("robust_aug", study.OPTIONS, tmp_path / "missing.yaml")
+    assert study.budget_tag("00:00:15:00") == "15min" and study.budget_tag("00:00:00:30") == "30s"
