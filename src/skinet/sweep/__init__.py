@@ -8,15 +8,11 @@ from skinet.sweep.search_space import (
     trial_run_name,
     validate_search_space,
 )
-from skinet.sweep.study import (
-    SweepResult,
-    build_objective,
-    default_storage_url,
-    default_study_name,
-    objective_overrides,
-    parent_run_name,
-    run_sweep,
-)
+from skinet.sweep.cli import objective_overrides
+from skinet.sweep.grid import SweepResult
+from skinet.sweep.objective import build_objective, validate_grid
+from skinet.sweep.storage import default_storage_url
+from skinet.sweep.study import default_study_name, parent_run_name, run_sweep
 
 __all__ = [
     "SweepResult",
@@ -31,5 +27,6 @@ __all__ = [
     "run_sweep",
     "scale_lr",
     "trial_run_name",
+    "validate_grid",
     "validate_search_space",
 ]
