@@ -215,3 +215,4 @@ def test_killed_sweep_resumes_without_rerunning_finished_points(
     rerun_lrs = sorted(cfg.train.lr for _, cfg in resumed.calls)
     assert len(rerun_lrs) == 2 and complete[0].params["lr"] not in rerun_lrs
     assert len(result.completed) == 3
+    assert not result.failed and result.finished  # the killed point was retried: it counts once
