@@ -77,10 +77,10 @@ def run_ablation(
 ) -> AblationResult:
     """Train every (encoder, merge) combination and write the results table.
 
-    Runs go to ``<output_dir>/ablation_{timestamp}_{suffix}/`` with ``ablation_results.csv`` and ``.md``
-    (encoder, merge, params, monitor value, test Dice/IoU, seconds per epoch); in MLflow they
-    are child runs ``ablation_enc{e}_merge{m}`` of ``ablation_{experiment_name}``, which holds
-    the table as artifacts.
+    Runs go to a new ``<output_dir>/ablation_{timestamp}_{suffix}/`` with
+    ``ablation_results.csv`` and ``.md`` (encoder, merge, params, monitor value, test Dice/IoU,
+    seconds per epoch); in MLflow they are child runs ``ablation_enc{e}_merge{m}`` of
+    ``ablation_{experiment_name}``, which holds the table as artifacts.
 
     Args:
         cfg: The base config.

@@ -191,4 +191,3 @@ def summarize_study(study: optuna.Study, storage_url: str, monitor: str) -> Swee
         result.best_value = float(best.value)  # type: ignore[arg-type]
         result.best_trial = best.number
     return result
-

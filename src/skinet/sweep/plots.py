@@ -26,9 +26,11 @@ def plot_grid(study: optuna.Study, search_space: SearchSpace, monitor: str, path
         warnings.simplefilter("ignore")
         axes = plot_slice(study, params=varied or list(search_space), target_name=monitor)
     first = axes.flat[0] if isinstance(axes, np.ndarray) else axes
-    fig = first.figure
+    fig = first.get_figure(root=True)
+    if fig is None:
+        raise RuntimeError("plot_slice returned axes without a figure")
     fig.suptitle(f"Optuna grid sweep {study.study_name}: {monitor} per parameter")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)  # type: ignore[arg-type]
+    plt.close(fig)
     return path
