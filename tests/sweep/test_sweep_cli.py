@@ -188,13 +188,13 @@ def test_monitor_flag_beats_set_beats_environment(
     expected: str,
 ) -> None:
     from skinet.cli import build_parser
-    from skinet.sweep.cli import _load
+    from skinet.sweep.cli import load_sweep_config
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     config = _write(tiny_raw, tmp_path / "sweep.yaml")
     args = build_parser().parse_args(["sweep", "--config", str(config), *flags])
-    cfg = _load(args, objective=True)
+    cfg = load_sweep_config(args)
     assert cfg.sweep.monitor == expected
     assert cfg.train.checkpoint_config.monitor == expected
 

@@ -7,8 +7,10 @@ The server is a throwaway PostgreSQL from the ``pgserver`` wheel (dev extra), li
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,11 +31,14 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def postgres(tmp_path: Path) -> Iterator[str]:
+def postgres() -> Iterator[str]:
     """``postgresql+psycopg://postgres@127.0.0.1:<port>``, with databases optuna and mlflow."""
     pgserver = pytest.importorskip("pgserver")
     pytest.importorskip("psycopg")
-    pgdata = tmp_path / "pgdata"
+    # Not in tmp_path: run as root, the server runs as another user, who cannot enter pytest's
+    # private (0700) temp root.
+    root = Path(tempfile.mkdtemp(prefix="skinet_pg_"))
+    pgdata = root / "pgdata"
     # get_server runs initdb and starts the server on a Unix socket (as a non-root user when
     # run as root, which PostgreSQL requires); restart it on TCP like a remote database.
     server = pgserver.get_server(pgdata, cleanup_mode=None)
@@ -49,6 +54,7 @@ def postgres(tmp_path: Path) -> Iterator[str]:
         yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
     finally:
         pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_two_workers_share_a_grid_on_postgresql(

@@ -45,13 +45,19 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
 
 
-def _load(args: argparse.Namespace, objective: bool = False) -> Any:
+def _load(args: argparse.Namespace) -> Any:
+    from skinet.cli import load_config_from_args
+
+    return load_config_from_args(args)
+
+
+def load_sweep_config(args: argparse.Namespace) -> Any:
+    """The config of ``skinet sweep``: ``--set`` overrides, then the objective's precedence."""
     from skinet.cli import parse_overrides
     from skinet.config import load_config
 
     overrides = parse_overrides(args.set or [])
-    if objective:
-        overrides.update(objective_overrides(args.monitor, args.direction, None, overrides))
+    overrides.update(objective_overrides(args.monitor, args.direction, None, overrides))
     return load_config(args.config, overrides)
 
 
@@ -60,7 +66,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     from skinet.sweep.reports import print_table
     from skinet.sweep.study import run_sweep
 
-    cfg = _load(args, objective=True)
+    cfg = load_sweep_config(args)
     result = run_sweep(
         cfg,
         n_trials=args.trials,
