@@ -1,4 +1,4 @@
-"""Names shared across the package: logged metrics and sweep hyperparameters.
+"""Names shared across the package: logged metrics, sweep hyperparameters and MLflow tags.
 
 These enums are the single source of truth for the strings that appear in YAML files,
 MLflow runs and Optuna studies.
@@ -7,6 +7,9 @@ MLflow runs and Optuna studies.
 from __future__ import annotations
 
 from enum import StrEnum
+
+STUDY_TAG = "skinet.optuna_study"
+"""MLflow tag of a sweep's parent run naming its Optuna study."""
 
 
 class MetricsKey(StrEnum):

@@ -23,14 +23,20 @@ class FakeResult:
 
 @dataclass
 class FakeTrainer:
-    """Stands in for ``run_training``: the monitor is ``lr * 100`` (NaN-free and ordered)."""
+    """Stands in for ``run_training``: the monitor is ``lr * 100`` (NaN-free and ordered).
+
+    A trial whose ``weight_decay`` is in ``failing_weight_decays`` raises as a diverged run does.
+    """
 
     seconds: float = 0.0
     calls: list[tuple[str, ExperimentConfig]] = field(default_factory=list)
+    failing_weight_decays: tuple[float, ...] = ()
 
     def __call__(self, cfg: ExperimentConfig, **kwargs: Any) -> FakeResult:
         self.calls.append((kwargs.get("run_name", ""), cfg))
         time.sleep(self.seconds)
+        if cfg.train.weight_decay in self.failing_weight_decays:
+            raise ValueError("non-finite values in loss at batch 0")
         value = cfg.train.lr * 100 + cfg.train.weight_decay
         return FakeResult({cfg.sweep.monitor: value, "test_dice": value}, Path("."))
 

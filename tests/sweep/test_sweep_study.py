@@ -18,7 +18,7 @@ from sweep_fakes import FakeTrainer, one_epoch
 
 from skinet.config import parse_config
 from skinet.sweep import run_sweep
-from skinet.sweep.study import GRID_KEY_ATTR
+from skinet.sweep.grid import GRID_KEY_ATTR
 
 WORKER = Path(__file__).with_name("sweep_worker.py")
 
@@ -80,19 +80,61 @@ def tmp_db(raw: dict[str, Any]) -> Path:
     return Path(raw["TRAIN_CONFIG"]["output_dir"]).resolve() / "optuna.db"
 
 
-def test_failing_point_is_recorded_and_the_sweep_goes_on(
-    tiny_raw: dict[str, Any], fake_trainer: FakeTrainer
-) -> None:
-    raw = _no_mlflow(tiny_raw, lr=[1e-3, 2e-3], weight_decay=[0.0, -1.0])
-    result = _sweep(raw, fake_trainer)
+def test_failing_point_is_recorded_and_the_sweep_goes_on(tiny_raw: dict[str, Any]) -> None:
+    raw = _no_mlflow(tiny_raw, lr=[1e-3, 2e-3], weight_decay=[0.0, 0.5])
+    result = _sweep(raw, FakeTrainer(failing_weight_decays=(0.5,)))
     assert sorted(result.completed) == [0, 2]
     assert sorted(result.failed) == [1, 3]
-    assert "TRAIN_CONFIG.weight_decay" in result.failed[1]
+    assert "non-finite values in loss" in result.failed[1]
+    assert not result.finished
     study = optuna.load_study(
         study_name="tiny_val_best_dice_at_threshold", storage=f"sqlite:///{tmp_db(raw)}"
     )
     failed = study.get_trials(states=(TrialState.FAIL,))
-    assert all(t.user_attrs["error"].startswith("ConfigError") for t in failed)
+    assert all(t.user_attrs["error"].startswith("ValueError") for t in failed)
+
+
+def test_a_restart_retries_only_the_failed_points(tiny_raw: dict[str, Any]) -> None:
+    raw = _no_mlflow(tiny_raw, lr=[1e-3, 2e-3], weight_decay=[0.0, 0.5])
+    _sweep(raw, FakeTrainer(failing_weight_decays=(0.5,)))
+    kept = FakeTrainer(failing_weight_decays=(0.5,))
+    assert sorted(_sweep(raw, kept, retry_failed=False).failed) == [1, 3]
+    assert kept.calls == []
+    retried = FakeTrainer()
+    result = _sweep(raw, retried)
+    assert sorted(name for name, _ in retried.calls) == [
+        "trial_4_lr0.001_wd0.5_bs4_nw0_pf2_schednone",
+        "trial_5_lr0.002_wd0.5_bs4_nw0_pf2_schednone",
+    ]
+    assert sorted(result.completed) == [0, 2, 4, 5] and not result.failed
+    assert result.n_queued == 4 and result.finished
+    assert sorted(result.failed_trials) == [1, 3]
+
+
+def test_two_trials_of_one_point_train_it_once(tiny_raw: dict[str, Any]) -> None:
+    """Two workers restarting together may both re-queue a failed point; one trial trains."""
+    raw = _no_mlflow(tiny_raw, lr=[1e-3])
+    cfg = parse_config(raw)
+    _sweep(raw, FakeTrainer(failing_weight_decays=(0.0,)))
+    storage = f"sqlite:///{tmp_db(raw)}"
+    study = optuna.load_study(study_name="tiny_val_best_dice_at_threshold", storage=storage)
+    [failed] = study.get_trials(states=(TrialState.FAIL,))
+    for _ in range(2):  # what two restarting workers queue
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.WAITING,
+                user_attrs={GRID_KEY_ATTR: failed.user_attrs[GRID_KEY_ATTR]},
+                system_attrs={"fixed_params": failed.params},
+            )
+        )
+    trainer = FakeTrainer()
+    result = run_sweep(cfg, heartbeat_interval=1, poll_s=0.1, run_training_fn=trainer)
+    assert [name for name, _ in trainer.calls] == ["trial_1_lr0.001_wd0.0_bs4_nw0_pf2_schednone"]
+    assert result.completed == [1] and not result.failed
+    pruned = optuna.load_study(study_name=study.study_name, storage=storage).get_trials(
+        states=(TrialState.PRUNED,)
+    )
+    assert [t.number for t in pruned] == [2]
 
 
 def test_a_changed_grid_on_the_same_study_is_refused(
@@ -173,3 +215,4 @@ def test_killed_sweep_resumes_without_rerunning_finished_points(
     rerun_lrs = sorted(cfg.train.lr for _, cfg in resumed.calls)
     assert len(rerun_lrs) == 2 and complete[0].params["lr"] not in rerun_lrs
     assert len(result.completed) == 3
+    assert not result.failed and result.finished  # the killed point was retried: it counts once

@@ -11,18 +11,19 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "SweepResult": "skinet.sweep.study",
-    "build_objective": "skinet.sweep.study",
+    "SweepResult": "skinet.sweep.grid",
+    "build_objective": "skinet.sweep.objective",
     "build_search_space": "skinet.sweep.search_space",
     "build_trial_config": "skinet.sweep.search_space",
-    "default_storage_url": "skinet.sweep.study",
+    "default_storage_url": "skinet.sweep.storage",
     "default_study_name": "skinet.sweep.study",
     "grid_points": "skinet.sweep.search_space",
-    "objective_overrides": "skinet.sweep.study",
+    "objective_overrides": "skinet.sweep.cli",
     "parent_run_name": "skinet.sweep.study",
     "run_sweep": "skinet.sweep.study",
     "scale_lr": "skinet.sweep.search_space",
     "trial_run_name": "skinet.sweep.search_space",
+    "validate_grid": "skinet.sweep.objective",
     "validate_search_space": "skinet.sweep.search_space",
 }
 

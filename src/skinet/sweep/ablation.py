@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,6 +49,19 @@ def check_modes(encoder_modes: Sequence[str], merge_modes: Sequence[str]) -> Non
             raise ValueError(f"{flag} needs at least one mode")
 
 
+def make_ablation_folder(output_dir: Path) -> Path:
+    """A new ``ablation_{YYYYmmdd-HHMMSS-ffffff}_{random}`` folder; never one that exists."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    while True:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        folder = output_dir / f"ablation_{stamp}_{secrets.token_hex(3)}"
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+
+
 def count_model_parameters(cfg: ExperimentConfig) -> int:
     """Parameters of the UNet2D that ``MODEL_CONFIG`` builds."""
     from skinet.models import UNet2D, count_parameters
@@ -63,10 +77,10 @@ def run_ablation(
 ) -> AblationResult:
     """Train every (encoder, merge) combination and write the results table.
 
-    Runs go to ``<output_dir>/ablation_{timestamp}/`` with ``ablation_results.csv`` and ``.md``
-    (encoder, merge, params, monitor value, test Dice/IoU, seconds per epoch); in MLflow they
-    are child runs ``ablation_enc{e}_merge{m}`` of ``ablation_{experiment_name}``, which holds
-    the table as artifacts.
+    Runs go to a new ``<output_dir>/ablation_{timestamp}_{suffix}/`` with
+    ``ablation_results.csv`` and ``.md`` (encoder, merge, params, monitor value, test Dice/IoU,
+    seconds per epoch); in MLflow they are child runs ``ablation_enc{e}_merge{m}`` of
+    ``ablation_{experiment_name}``, which holds the table as artifacts.
 
     Args:
         cfg: The base config.
@@ -81,9 +95,7 @@ def run_ablation(
         from skinet.training.run import run_training
 
         run_training_fn = run_training
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    folder = Path(cfg.train.output_dir) / f"ablation_{stamp}"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_ablation_folder(Path(cfg.train.output_dir))
     # Child runs write their folders here, but keep the experiment's MLflow store.
     pinned = {"TRAIN_CONFIG.output_dir": str(folder)}
     if cfg.train.use_mlflow_logger:

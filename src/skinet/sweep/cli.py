@@ -3,10 +3,40 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import Any, get_args
 
 Handler = Callable[[argparse.Namespace], int]
+
+MONITOR_ENV, DIRECTION_ENV = "SWEEP_MONITOR", "SWEEP_DIRECTION"
+
+
+def objective_overrides(
+    monitor: str | None = None,
+    direction: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    set_overrides: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """Config overrides for the objective of ``skinet sweep``.
+
+    Precedence, highest first: the ``--monitor``/``--direction`` flag, a ``--set
+    SWEEP_CONFIG.monitor=...``/``direction`` (already in ``set_overrides``, so not repeated
+    here), the ``SWEEP_MONITOR``/``SWEEP_DIRECTION`` environment variable, the YAML.
+    """
+    environ = os.environ if environ is None else environ
+    set_overrides = set_overrides or {}
+    overrides = {}
+    for field, flag, variable in (
+        ("monitor", monitor, MONITOR_ENV),
+        ("direction", direction, DIRECTION_ENV),
+    ):
+        dotted = f"SWEEP_CONFIG.{field}"
+        from_env = None if dotted in set_overrides else environ.get(variable)
+        chosen = flag or from_env or None
+        if chosen:
+            overrides[dotted] = chosen
+    return overrides
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,19 +45,28 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
 
 
-def _load(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> Any:
+def _load(args: argparse.Namespace) -> Any:
+    from skinet.cli import load_config_from_args
+
+    return load_config_from_args(args)
+
+
+def load_sweep_config(args: argparse.Namespace) -> Any:
+    """The config of ``skinet sweep``: ``--set`` overrides, then the objective's precedence."""
     from skinet.cli import parse_overrides
     from skinet.config import load_config
 
-    return load_config(args.config, {**parse_overrides(args.set or []), **(extra or {})})
+    overrides = parse_overrides(args.set or [])
+    overrides.update(objective_overrides(args.monitor, args.direction, None, overrides))
+    return load_config(args.config, overrides)
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
     """``skinet sweep``: run or join the Optuna grid sweep."""
     from skinet.sweep.reports import print_table
-    from skinet.sweep.study import objective_overrides, run_sweep
+    from skinet.sweep.study import run_sweep
 
-    cfg = _load(args, objective_overrides(args.monitor, args.direction))
+    cfg = load_sweep_config(args)
     result = run_sweep(
         cfg,
         n_trials=args.trials,
@@ -35,6 +74,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         study_name=args.study_name,
         heartbeat_interval=args.heartbeat_interval,
         grace_period=args.grace_period,
+        retry_failed=not args.no_retry_failed,
     )
     rows: list[dict[str, Any]] = [
         {"trial": n, "state": "FAIL", "error": e[:80]} for n, e in sorted(result.failed.items())
@@ -51,8 +91,14 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         ],
     )
     if rows:
-        print_table("Failed trials", rows)
-    return 0 if result.completed else 1
+        print_table("Failed grid points (last trial of each)", rows)
+    if result.finished:
+        return 0
+    print(
+        f"{result.n_queued - len(result.completed)} grid point(s) did not complete; run the same "
+        "command again to retry the failed ones"
+    )
+    return 1
 
 
 def run_seeds_command(args: argparse.Namespace) -> int:
@@ -80,18 +126,20 @@ def add_sweep_subcommands(subparsers: Any) -> None:
         description=(
             "Run the Cartesian product of the SWEEP_CONFIG lists as one Optuna study. Workers "
             "started with the same --storage and --study-name share the grid; a sweep "
-            "restarted with them runs only the points not yet complete."
+            "restarted with them runs only the points not yet complete, failed ones included. "
+            "Exits 1 while grid points remain failed."
         ),
     )
     _add_config_arguments(sweep)
     sweep.add_argument(
         "--monitor",
-        help="metric to optimise (default: $SWEEP_MONITOR, else SWEEP_CONFIG.monitor)",
+        help="metric to optimise (default: --set SWEEP_CONFIG.monitor, else $SWEEP_MONITOR, "
+        "else the YAML's SWEEP_CONFIG.monitor)",
     )
     sweep.add_argument(
         "--direction",
         choices=("maximize", "minimize"),
-        help="default: $SWEEP_DIRECTION, else SWEEP_CONFIG.direction",
+        help="default: --set SWEEP_CONFIG.direction, else $SWEEP_DIRECTION, else the YAML's",
     )
     sweep.add_argument(
         "--trials", type=int, metavar="N", help="run only the first N points of the grid"
@@ -114,6 +162,11 @@ def add_sweep_subcommands(subparsers: Any) -> None:
         type=int,
         metavar="S",
         help="seconds without heartbeat before a trial is retried (default: 2 x heartbeat)",
+    )
+    sweep.add_argument(
+        "--no-retry-failed",
+        action="store_true",
+        help="on a restart, leave grid points whose trials all failed as they are",
     )
 
     seeds = subparsers.add_parser(

@@ -6,11 +6,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from skinet.config import ExperimentConfig
+from skinet.keys import STUDY_TAG
 from skinet.tracking import artifact_location_for, resolve_tracking_uri
 from skinet.tracking import runs as tracking_runs
 
 if TYPE_CHECKING:
-    from skinet.sweep.study import SweepResult
+    from skinet.sweep.grid import SweepResult
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,6 @@ def start_group_run(
 
 def start_sweep_parent_run(cfg: ExperimentConfig, run_name: str, study_name: str) -> str | None:
     """The sweep's parent run, reopened if a run of this name and study exists."""
-    from skinet.sweep.study import STUDY_TAG
-
     tags = {STUDY_TAG: study_name, "skinet.monitor": cfg.sweep.monitor}
     run_id = start_group_run(cfg, run_name, tags, reuse=True)
     if run_id is not None:
@@ -56,7 +55,7 @@ def start_sweep_parent_run(cfg: ExperimentConfig, run_name: str, study_name: str
 def finish_sweep_parent_run(cfg: ExperimentConfig, run_id: str, result: SweepResult) -> None:
     """Log the best trial (``best_*`` params, ``best_{monitor}``) and the plot; close the run."""
     uri = resolve_tracking_uri(cfg)
-    for number in result.failed:
+    for number in result.failed_trials:
         # A killed worker leaves its child run RUNNING; its trial is FAIL (and was retried).
         tracking_runs.terminate_open_child_runs(uri, run_id, f"trial_{number}_")
     metrics = {"n_complete": float(len(result.completed)), "n_failed": float(len(result.failed))}

@@ -2,13 +2,18 @@
 
 How the grid is run exactly once, across workers and restarts:
 
+- Every grid point is built into a run config first; a point that does not validate stops the
+  sweep before anything is created or trained.
 - The study is created atomically (``create_study(load_if_exists=False)`` either creates it or
   raises ``DuplicatedStudyError``); only the worker that created it queues the grid points
-  (``WAITING`` trials) and the MLflow parent run, then sets the study attribute
-  ``grid_ready``. Other workers wait for that attribute instead of queueing again.
+  (``WAITING`` trials), starts the MLflow parent run and records its tracking URI, then sets
+  the study attribute ``grid_ready``. Other workers wait for that attribute, refuse to run if
+  they would log to another MLflow store, and queue only what is missing: points never queued
+  and, unless ``retry_failed`` is off, points whose trials all failed.
 - Workers only take queued trials. ``GridSampler`` on its own lets an idle worker re-run a
-  point still in progress (see ENVIRONMENT.md); it stays the study's sampler so the grid
-  bookkeeping of Optuna (grid ids, search space) is that of a grid search.
+  point still in progress; it stays the study's sampler so the grid bookkeeping of Optuna
+  (grid ids, search space) is that of a grid search. Of two trials of one point (two workers
+  re-queued the same failed point) only one trains (see :func:`grid.duplicate_of`).
 - Each trial sends a heartbeat to the RDB storage. A trial whose process was killed stops
   beating; after the grace period Optuna marks it ``FAIL`` and
   ``RetryHeartbeatStaleTrialCallback`` queues a copy with the same parameters, which any
@@ -21,102 +26,40 @@ How the grid is run exactly once, across workers and restarts:
 from __future__ import annotations
 
 import logging
-import math
-import os
+import re
 import time
 import warnings
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from skinet.config import ExperimentConfig
-from skinet.keys import HyperparamKey
-from skinet.sweep.search_space import (
-    SearchSpace,
-    build_search_space,
-    build_trial_config,
-    grid_key,
-    grid_points,
-    trial_run_name,
+from skinet.sweep import mlflow_parent
+from skinet.sweep.grid import (
+    GRID_READY_ATTR,
+    PARENT_RUN_ATTR,
+    SEARCH_SPACE_ATTR,
+    STUDY_FOLDER_ATTR,
+    TRACKING_URI_ATTR,
+    QueuedGridSampler,
+    SweepResult,
+    enqueue_grid,
+    grid_trials,
+    summarize_study,
 )
+from skinet.sweep.objective import Objective, build_objective, validate_grid
+from skinet.sweep.plots import plot_grid
+from skinet.sweep.search_space import SearchSpace, build_search_space, grid_points
+from skinet.sweep.storage import build_storage, default_storage_url
+from skinet.tracking import resolve_tracking_uri, sqlite_path
 
 log = logging.getLogger(__name__)
 
-GRID_KEY_ATTR = "grid_key"
-"""Trial user attribute marking a queued grid point (its canonical parameters)."""
-GRID_READY_ATTR = "grid_ready"
-"""Study user attribute set once every grid point is queued (the number queued)."""
-SEARCH_SPACE_ATTR = "search_space"
-"""Study user attribute holding the grid the study was created with."""
-PARENT_RUN_ATTR = "mlflow_parent_run_id"
-"""Study user attribute holding the MLflow parent run id."""
-STUDY_TAG = "skinet.optuna_study"
-"""MLflow tag of the parent run naming its Optuna study."""
-MONITOR_ENV, DIRECTION_ENV = "SWEEP_MONITOR", "SWEEP_DIRECTION"
-_MAX_ERROR_LENGTH = 2000
-
-Objective = Callable[[optuna.Trial], float]
-
-
-@dataclass
-class SweepResult:
-    """What a sweep worker leaves behind once no queued trial remains."""
-
-    study_name: str
-    storage: str
-    monitor: str
-    direction: str
-    n_queued: int
-    completed: list[int] = field(default_factory=list)
-    failed: dict[int, str] = field(default_factory=dict)
-    best_params: dict[str, Any] | None = None
-    best_value: float | None = None
-    best_trial: int | None = None
-    parent_run_id: str | None = None
-    plot_path: Path | None = None
-
-
-class QueuedGridSampler(optuna.samplers.GridSampler):
-    """``GridSampler`` that can tell the grid id of a point, so queued trials carry one.
-
-    ``enqueue_trial`` leaves out the ``grid_id`` that ``GridSampler.after_trial`` reads; with a
-    one-point grid it then fails with ``KeyError: 'grid_id'``. Queuing with the grid id (see
-    :func:`enqueue_grid`) keeps the sampler's own accounting correct.
-    """
-
-    def grid_id(self, params: Mapping[str, Any]) -> int:
-        """Index of ``params`` in the sampler's (shuffled) grid."""
-        values = tuple(params[name] for name in self._param_names)
-        return self._all_grids.index(values)
-
-    @property
-    def search_space(self) -> dict[str, list[Any]]:
-        """The grid as the sampler stores it in each trial (parameters sorted by name)."""
-        return {name: list(values) for name, values in self._search_space.items()}
-
-
-def objective_overrides(
-    monitor: str | None = None,
-    direction: str | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """Config overrides for the objective: a CLI flag wins over its environment variable.
-
-    ``SWEEP_CONFIG.monitor``/``direction`` of the YAML stay in force when neither is given.
-    """
-    environ = os.environ if environ is None else environ
-    overrides = {}
-    chosen_monitor = monitor or environ.get(MONITOR_ENV) or None
-    chosen_direction = direction or environ.get(DIRECTION_ENV) or None
-    if chosen_monitor:
-        overrides["SWEEP_CONFIG.monitor"] = chosen_monitor
-    if chosen_direction:
-        overrides["SWEEP_CONFIG.direction"] = chosen_direction
-    return overrides
+PLOT_FILE = "objective_per_trial.png"
 
 
 def parent_run_name(cfg: ExperimentConfig) -> str:
@@ -129,77 +72,38 @@ def default_study_name(cfg: ExperimentConfig) -> str:
     return f"{cfg.train.experiment_name}_{cfg.sweep.monitor}"
 
 
-def default_storage_url(cfg: ExperimentConfig) -> str:
-    """``sqlite:///<output_dir>/optuna.db``."""
-    return f"sqlite:///{Path(cfg.train.output_dir).resolve() / 'optuna.db'}"
+def tracking_uri_of(cfg: ExperimentConfig) -> str | None:
+    """The MLflow store the trials of ``cfg`` log to, normalised (``None`` when MLflow is off)."""
+    if not cfg.train.use_mlflow_logger:
+        return None
+    uri = resolve_tracking_uri(cfg)
+    db_path = sqlite_path(uri)
+    return f"sqlite:///{db_path}" if db_path is not None else uri.rstrip("/")
 
 
-def build_storage(
-    url: str, heartbeat_interval: int = 60, grace_period: int | None = None
-) -> optuna.storages.RDBStorage:
-    """An RDB storage with heartbeats; stale trials are re-queued with the same parameters.
+def choose_study_folder(output_dir: Path, study_name: str) -> str:
+    """The folder of a new study's trials under ``output_dir``: its name, made unique.
 
-    Args:
-        url: SQLAlchemy URL (``sqlite:///...``, ``postgresql://...``, ``mysql://...``).
-        heartbeat_interval: Seconds between heartbeats of a running trial.
-        grace_period: Seconds without heartbeat after which a trial counts as dead
-            (default ``2 * heartbeat_interval``).
+    A folder of that name that already holds runs (a study of the same name in another
+    storage) is left alone; the new study gets a time-stamped name instead.
     """
-    if "://" not in url:
-        raise ValueError(
-            f"--storage expects an RDB URL such as sqlite:///path/optuna.db, got {url!r}"
-        )
-    engine_kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        # Several worker processes write to one file: wait for the lock instead of failing.
-        engine_kwargs["connect_args"] = {"timeout": 60}
-        db_file = url.split(":///", 1)[-1]
-        if db_file and db_file != ":memory:":
-            Path(db_file).parent.mkdir(parents=True, exist_ok=True)
-    last_error: Exception | None = None
-    for attempt in range(5):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
-                    url,
-                    engine_kwargs=engine_kwargs,
-                    heartbeat_interval=heartbeat_interval,
-                    grace_period=grace_period,
-                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                        max_retry=3
-                    ),
-                )
-        except Exception as error:  # noqa: BLE001 - concurrent table creation by another worker
-            last_error = error
-            time.sleep(0.5 * (attempt + 1))
-    raise ValueError(f"cannot open the Optuna storage {url}: {last_error}") from last_error
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", study_name)
+    existing = output_dir / name
+    if existing.is_dir() and any(existing.glob("trial_*")):
+        name = f"{name}_{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+    return name
 
 
-def enqueue_grid(
-    study: optuna.Study, sampler: QueuedGridSampler, points: list[dict[str, Any]]
-) -> int:
-    """Queue every point of ``points`` that the study does not hold yet; returns how many."""
-    held = {t.user_attrs.get(GRID_KEY_ATTR) for t in study.get_trials(deepcopy=False)}
-    queued = 0
-    for params in points:
-        key = grid_key(params)
-        if key in held:
-            continue
-        study.add_trial(
-            optuna.trial.create_trial(
-                state=TrialState.WAITING,
-                user_attrs={GRID_KEY_ATTR: key},
-                system_attrs={
-                    "fixed_params": params,
-                    "grid_id": sampler.grid_id(params),
-                    "search_space": sampler.search_space,
-                },
-            )
-        )
-        held.add(key)
-        queued += 1
-    return queued
+def _check_tracking_uri(study: optuna.Study, worker_uri: str | None) -> None:
+    recorded = study.user_attrs.get(TRACKING_URI_ATTR)
+    if recorded is None or worker_uri is None or recorded == worker_uri:
+        return
+    raise ValueError(
+        f"study {study.study_name!r} logs to the MLflow tracking store {recorded} (its parent "
+        f"run lives there), but this worker would log to {worker_uri}. Every worker of a study "
+        f"must log to the same tracking server: set TRAIN_CONFIG.mlflow_config.tracking_uri "
+        f"(or MLFLOW_TRACKING_URI) to {recorded}, or use another --study-name"
+    )
 
 
 def open_study(
@@ -209,6 +113,7 @@ def open_study(
     search_space: SearchSpace,
     points: list[dict[str, Any]],
     start_parent: Callable[[], str | None],
+    retry_failed: bool = True,
     ready_timeout_s: float = 300.0,
 ) -> tuple[optuna.Study, str | None]:
     """Create or join the study; the creator queues the grid and starts the parent run.
@@ -235,11 +140,14 @@ def open_study(
             f"study {study_name!r} was created to {study.direction.name.lower()} but "
             f"SWEEP_CONFIG.direction is {cfg.sweep.direction!r}; use another --study-name"
         )
+    worker_uri = tracking_uri_of(cfg)
     if created:
         study.set_user_attr(SEARCH_SPACE_ATTR, search_space)
-        parent_run_id = start_parent()
-        if parent_run_id is not None:
-            study.set_user_attr(PARENT_RUN_ATTR, parent_run_id)
+        study.set_user_attr("monitor", cfg.sweep.monitor)
+        study.set_user_attr(
+            STUDY_FOLDER_ATTR, choose_study_folder(Path(cfg.train.output_dir), study_name)
+        )
+        parent_run_id = _start_parent(study, worker_uri, start_parent)
         queued = enqueue_grid(study, sampler, points)
         study.set_user_attr(GRID_READY_ATTR, queued)
         log.info("study %s created: %d grid point(s) queued", study_name, queued)
@@ -252,19 +160,28 @@ def open_study(
             f"study {study_name!r} was created with the grid {stored_space}, not {search_space}; "
             "resume with the same SWEEP_CONFIG or choose another --study-name"
         )
+    _check_tracking_uri(study, worker_uri)
     # Top up points the creator did not queue (a larger --trials, or a creator that died
-    # before the grid was ready).
-    added = enqueue_grid(study, sampler, points)
+    # before the grid was ready) and points that failed before this restart.
+    added = enqueue_grid(study, sampler, points, retry_failed=retry_failed)
     if added:
-        log.info("queued %d more grid point(s) in study %s", added, study_name)
+        log.info("queued %d grid point(s) in study %s", added, study_name)
     if GRID_READY_ATTR not in attrs:
         study.set_user_attr(GRID_READY_ATTR, added)
     parent_run_id = attrs.get(PARENT_RUN_ATTR)
     if parent_run_id is None:
-        parent_run_id = start_parent()
-        if parent_run_id is not None:
-            study.set_user_attr(PARENT_RUN_ATTR, parent_run_id)
+        parent_run_id = _start_parent(study, worker_uri, start_parent)
     return study, parent_run_id
+
+
+def _start_parent(
+    study: optuna.Study, worker_uri: str | None, start_parent: Callable[[], str | None]
+) -> str | None:
+    parent_run_id = start_parent()
+    if parent_run_id is not None:
+        study.set_user_attr(PARENT_RUN_ATTR, parent_run_id)
+        study.set_user_attr(TRACKING_URI_ATTR, worker_uri)
+    return parent_run_id
 
 
 def _wait_for_grid(study: optuna.Study, timeout_s: float) -> dict[str, Any]:
@@ -278,76 +195,6 @@ def _wait_for_grid(study: optuna.Study, timeout_s: float) -> dict[str, Any]:
         time.sleep(0.5)
 
 
-def build_objective(
-    cfg: ExperimentConfig,
-    search_space: SearchSpace,
-    parent_run_id: str | None = None,
-    run_training_fn: Callable[..., Any] | None = None,
-) -> Objective:
-    """The Optuna objective: train one grid point and return its monitored metric.
-
-    Every :class:`HyperparamKey` member is read from the trial, so a new member needs only a
-    ``SWEEP_CONFIG`` list. ``lr`` is rescaled to the trial's batch size against the smallest
-    batch of the sweep. Trials that were not queued (a worker raced another for the last
-    point) are pruned without training.
-
-    Args:
-        cfg: The base config (objective overrides already applied).
-        search_space: From :func:`build_search_space`.
-        parent_run_id: MLflow run the trials are nested under.
-        run_training_fn: Replaces :func:`skinet.training.run.run_training` (tests).
-    """
-    if run_training_fn is None:
-        from skinet.training.run import run_training
-
-        run_training_fn = run_training
-    monitor = cfg.sweep.monitor
-    min_batch_size = min(int(b) for b in search_space[HyperparamKey.BATCH_SIZE.value])
-
-    def objective(trial: optuna.Trial) -> float:
-        if GRID_KEY_ATTR not in trial.user_attrs:
-            raise optuna.TrialPruned("not a queued grid point; every point is already taken")
-        params = {
-            key.value: trial.suggest_categorical(key.value, search_space[key.value])
-            for key in HyperparamKey
-        }
-        run_name = trial_run_name(trial.number, params)
-        try:
-            trial_cfg = build_trial_config(cfg, params, min_batch_size)
-            trial.set_user_attr("lr_scaled", trial_cfg.train.lr)
-            result = run_training_fn(
-                trial_cfg, visualize=False, parent_run_id=parent_run_id, run_name=run_name
-            )
-            if monitor not in result.metrics:
-                raise ValueError(
-                    f"the run did not log the monitored metric {monitor!r} "
-                    f"(logged: {sorted(result.metrics)})"
-                )
-            value = float(result.metrics[monitor])
-            if not math.isfinite(value):
-                raise ValueError(f"{monitor} is {value}")
-        except Exception as error:
-            trial.set_user_attr("error", f"{type(error).__name__}: {error}"[:_MAX_ERROR_LENGTH])
-            log.warning("trial %d (%s) failed: %s", trial.number, run_name, error)
-            raise
-        trial.set_user_attr("run_name", run_name)
-        trial.set_user_attr("run_dir", str(result.run_dir))
-        trial.set_user_attr("fit_seconds", result.fit_seconds)
-        if result.mlflow_run_id:
-            trial.set_user_attr("mlflow_run_id", result.mlflow_run_id)
-        return value
-
-    return objective
-
-
-def _queued(study: optuna.Study, *states: TrialState) -> list[FrozenTrial]:
-    return [
-        t
-        for t in study.get_trials(deepcopy=False, states=states or None)
-        if GRID_KEY_ATTR in t.user_attrs
-    ]
-
-
 def _fail_stale_trials(study: optuna.Study) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -359,94 +206,23 @@ def work_on_study(study: optuna.Study, objective: Objective, poll_s: float = 2.0
     ran = 0
     while True:
         _fail_stale_trials(study)
-        if _queued(study, TrialState.WAITING):
+        if grid_trials(study, TrialState.WAITING):
             study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
             ran += 1
             continue
-        if not _queued(study, TrialState.RUNNING):
+        if not grid_trials(study, TrialState.RUNNING):
             return ran
         # Another worker is busy: wait, so a trial whose worker dies is retried here.
         time.sleep(poll_s)
 
 
-def summarize_study(study: optuna.Study, n_queued: int, storage_url: str) -> SweepResult:
-    """Completed and failed grid trials and the best one."""
-    trials = study.get_trials(deepcopy=False)
-    grid_trials = [t for t in trials if GRID_KEY_ATTR in t.user_attrs]
-    complete = [t for t in grid_trials if t.state == TrialState.COMPLETE]
-    result = SweepResult(
-        study_name=study.study_name,
-        storage=storage_url,
-        monitor=str(study.user_attrs.get("monitor", "")),
-        direction=study.direction.name.lower(),
-        n_queued=n_queued,
-        completed=[t.number for t in complete],
-        failed={
-            t.number: str(t.user_attrs.get("error", "killed (heartbeat stopped)"))
-            for t in grid_trials
-            if t.state == TrialState.FAIL
-        },
-    )
-    if complete:
-        pick = max if result.direction == "maximize" else min
-        best = pick(complete, key=lambda t: float(t.value))  # type: ignore[arg-type]
-        result.best_params = dict(best.params)
-        result.best_value = float(best.value)  # type: ignore[arg-type]
-        result.best_trial = best.number
-    return result
-
-
-def plot_objective(study: optuna.Study, monitor: str, path: Path) -> Path:
-    """A PNG of the objective of every grid trial, with failed ones and the best so far."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    trials = sorted(
-        (t for t in study.get_trials(deepcopy=False) if GRID_KEY_ATTR in t.user_attrs),
-        key=lambda t: t.number,
-    )
-    done = [t for t in trials if t.state == TrialState.COMPLETE]
-    failed = [t for t in trials if t.state == TrialState.FAIL]
-    fig = Figure(figsize=(7, 4), dpi=110)
-    ax = fig.add_subplot()
-    xs = [t.number for t in done]
-    ys = [float(t.value) for t in done]  # type: ignore[arg-type]
-    ax.plot(xs, ys, "o", color="tab:blue", label="complete")
-    if ys:
-        pick = max if study.direction.name == "MAXIMIZE" else min
-        running, best_so_far = [], ys[0]
-        for y in ys:
-            best_so_far = pick(best_so_far, y)
-            running.append(best_so_far)
-        ax.step(xs, running, where="post", color="tab:green", label="best so far")
-        best_index = ys.index(pick(ys))
-        ax.annotate(
-            f"best: {ys[best_index]:.4f}",
-            (xs[best_index], ys[best_index]),
-            textcoords="offset points",
-            xytext=(8, -14),
-        )
-    if failed:
-        floor = min(ys) if ys else 0.0
-        ax.plot(
-            [t.number for t in failed],
-            [floor] * len(failed),
-            "x",
-            color="tab:red",
-            markersize=9,
-            label="failed (no value)",
-        )
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.margins(x=0.08, y=0.15)
-    ax.set_xlabel("trial")
-    ax.set_ylabel(monitor)
-    ax.set_title(f"Optuna grid sweep: {study.study_name}")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
+def trial_overrides(cfg: ExperimentConfig, study_dir: Path) -> dict[str, Any]:
+    """Overrides of every trial: its run folder goes under the study's, its MLflow store stays."""
+    overrides: dict[str, Any] = {"TRAIN_CONFIG.output_dir": str(study_dir)}
+    if cfg.train.use_mlflow_logger:
+        # The default store lives in output_dir; pin it before output_dir moves.
+        overrides["TRAIN_CONFIG.mlflow_config.tracking_uri"] = resolve_tracking_uri(cfg)
+    return overrides
 
 
 def run_sweep(
@@ -458,8 +234,12 @@ def run_sweep(
     grace_period: int | None = None,
     poll_s: float = 2.0,
     run_training_fn: Callable[..., Any] | None = None,
+    retry_failed: bool = True,
 ) -> SweepResult:
     """Run (or join, or resume) the grid sweep of ``SWEEP_CONFIG`` and report the best trial.
+
+    Trial runs go to ``<output_dir>/<study folder>/trial_<n>_...`` (the folder is the study
+    name, recorded in the study).
 
     Args:
         cfg: The config, with ``--monitor``/``--direction`` already applied.
@@ -470,9 +250,13 @@ def run_sweep(
         grace_period: Seconds without heartbeat before a trial is retried elsewhere.
         poll_s: How often an idle worker checks on trials running elsewhere.
         run_training_fn: Replaces :func:`skinet.training.run.run_training` (tests).
-    """
-    from skinet.sweep import mlflow_parent
+        retry_failed: Queue again, on joining an existing study, the grid points whose trials
+            all failed.
 
+    Raises:
+        ConfigError: A grid point does not make a valid run config (before anything trains).
+        ValueError: The study holds another grid or direction, or logs to another MLflow store.
+    """
     search_space = build_search_space(cfg.sweep)
     points = grid_points(search_space)
     if n_trials is not None:
@@ -481,6 +265,8 @@ def run_sweep(
         points = points[:n_trials]
     storage_url = storage_url or default_storage_url(cfg)
     study_name = study_name or default_study_name(cfg)
+    output_dir = Path(cfg.train.output_dir)
+    validate_grid(cfg, search_space, points, trial_overrides(cfg, output_dir / study_name))
     storage = build_storage(storage_url, heartbeat_interval, grace_period)
     log.info(
         "sweep %s: %d grid point(s) of %d, optimising %s (%s), storage %s",
@@ -495,26 +281,24 @@ def run_sweep(
     def start_parent() -> str | None:
         return mlflow_parent.start_sweep_parent_run(cfg, parent_run_name(cfg), study_name)
 
-    study, parent_run_id = open_study(cfg, storage, study_name, search_space, points, start_parent)
-    if study.user_attrs.get("monitor") is None:
-        study.set_user_attr("monitor", cfg.sweep.monitor)
-    objective = build_objective(cfg, search_space, parent_run_id, run_training_fn)
+    study, parent_run_id = open_study(
+        cfg, storage, study_name, search_space, points, start_parent, retry_failed
+    )
+    study_dir = output_dir / str(study.user_attrs.get(STUDY_FOLDER_ATTR, study_name))
+    objective = build_objective(
+        cfg, search_space, parent_run_id, run_training_fn, trial_overrides(cfg, study_dir)
+    )
     ran = work_on_study(study, objective, poll_s)
-    n_queued = len({t.user_attrs[GRID_KEY_ATTR] for t in _queued(study)})
-    result = summarize_study(study, n_queued, storage_url)
-    result.monitor = cfg.sweep.monitor
+    result = summarize_study(study, storage_url, cfg.sweep.monitor)
     result.parent_run_id = parent_run_id
     log.info(
-        "this worker ran %d trial(s); %d complete, %d failed in the study",
+        "this worker ran %d trial(s); %d of %d grid point(s) complete, %d failed",
         ran,
         len(result.completed),
+        result.n_queued,
         len(result.failed),
     )
-
-    plot_dir = Path(cfg.train.output_dir) / study_name
-    result.plot_path = plot_objective(
-        study, cfg.sweep.monitor, plot_dir / "objective_per_trial.png"
-    )
+    result.plot_path = plot_grid(study, search_space, cfg.sweep.monitor, study_dir / PLOT_FILE)
     if parent_run_id is not None:
         mlflow_parent.finish_sweep_parent_run(cfg, parent_run_id, result)
     return result
