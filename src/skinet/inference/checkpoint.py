@@ -59,6 +59,15 @@ class SkinetCheckpoint:
 
 
 def _safe_load(path: Path, map_location: str | torch.device) -> Any:
+    if not zipfile.is_zipfile(path):
+        # torch.save has written zip archives since torch 1.6; anything else (a text file, an
+        # HTML error page, a truncated download) would otherwise surface as raw unpickler text.
+        with path.open("rb") as handle:
+            head = handle.read(16)
+        raise CheckpointError(
+            f"{path} is not a checkpoint: it is not a torch.save archive (first bytes {head!r}). "
+            "Give a .ckpt written by `skinet train` (run folder, checkpoints/)."
+        )
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
@@ -78,6 +87,28 @@ def _safe_load(path: Path, map_location: str | torch.device) -> Any:
         raise CheckpointError(f"cannot read checkpoint {path}: {error}") from None
 
 
+def read_checkpoint_file(
+    path: str | Path, map_location: str | torch.device = "cpu"
+) -> dict[str, Any]:
+    """The raw contents of a SkiNet training checkpoint, read with ``weights_only=True``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        CheckpointError: The file is not a checkpoint, holds non-weight objects, or lacks the
+            ``skinet`` entry.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    raw = _safe_load(path, map_location)
+    if not isinstance(raw, dict) or not isinstance(raw.get(CHECKPOINT_KEY), dict):
+        raise CheckpointError(
+            f"{path} is not a SkiNet checkpoint: it has no '{CHECKPOINT_KEY}' entry with the "
+            "training config (write checkpoints with `skinet train`)"
+        )
+    return raw
+
+
 def _float_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -91,14 +122,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             entry, the model weights or a valid config.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    raw = _safe_load(path, map_location)
-    if not isinstance(raw, dict) or not isinstance(raw.get(CHECKPOINT_KEY), dict):
-        raise CheckpointError(
-            f"{path} is not a SkiNet checkpoint: it has no '{CHECKPOINT_KEY}' entry with the "
-            "training config (write checkpoints with `skinet train`)"
-        )
+    raw = read_checkpoint_file(path, map_location)
     saved = raw[CHECKPOINT_KEY]
     if not isinstance(saved.get("config"), dict):
         raise CheckpointError(f"{path}: checkpoint['{CHECKPOINT_KEY}'] has no 'config' mapping")

@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from skinet.config import positive_int
+
 Handler = Callable[[argparse.Namespace], int]
 
 
@@ -94,7 +96,7 @@ def add_sweep_subcommands(subparsers: Any) -> None:
         help="default: $SWEEP_DIRECTION, else SWEEP_CONFIG.direction",
     )
     sweep.add_argument(
-        "--trials", type=int, metavar="N", help="run only the first N points of the grid"
+        "--trials", type=positive_int, metavar="N", help="run only the first N points of the grid"
     )
     sweep.add_argument(
         "--storage",
