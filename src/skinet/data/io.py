@@ -19,8 +19,8 @@ MASK_THRESHOLD = 128
 
 
 _SIGNATURES = (
-    (b"\xff\xd8\xff", "JPEG"),
-    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"\xff\xd8", "JPEG"),
+    (b"\x89PNG", "PNG"),
     (b"BM", "BMP"),
     (b"II*\x00", "TIFF"),
     (b"MM\x00*", "TIFF"),
