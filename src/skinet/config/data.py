@@ -11,8 +11,8 @@ from skinet.config.base import Section
 
 DatasetName = Literal["synthetic", "isic2017", "isic2018", "ph2", "folder"]
 
-# Per-channel mean/std (RGB, on [0, 1]) over every pixel of the 1800 ISIC 2017 training images
-# in ../shared/data/isic2017 (512x512 centre crops), from ``skinet data stats``.
+# Per-channel mean/std (RGB, on [0, 1]) over every pixel of the 1800 official ISIC 2017 training
+# images (512x512 centre crops), from ``skinet data stats``.
 ISIC2017_MEAN = (0.7125, 0.5864, 0.5362)
 ISIC2017_STD = (0.1486, 0.1668, 0.1820)
 

@@ -7,7 +7,7 @@ How the grid is run exactly once, across workers and restarts:
   (``WAITING`` trials) and the MLflow parent run, then sets the study attribute
   ``grid_ready``. Other workers wait for that attribute instead of queueing again.
 - Workers only take queued trials. ``GridSampler`` on its own lets an idle worker re-run a
-  point still in progress (see ENVIRONMENT.md); it stays the study's sampler so the grid
+  point still in progress (docs/development.md); it stays the study's sampler so the grid
   bookkeeping of Optuna (grid ids, search space) is that of a grid search.
 - Each trial sends a heartbeat to the RDB storage. A trial whose process was killed stops
   beating; after the grace period Optuna marks it ``FAIL`` and
