@@ -10,7 +10,7 @@ with the training speed of the default ``UNet2D`` when that model is importable.
 
 The script re-executes itself with ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647``:
 glibc otherwise returns freed blocks to the system and page-faults them back, which dominates
-CPU timings (see ENVIRONMENT.md).
+CPU timings (see docs/development.md).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ rich progress bar is still updated every step but draws no live display off a te
 
 The script re-executes itself with ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647``:
 glibc otherwise returns freed blocks to the system and page-faults them back every step, which
-dominates CPU timings (see ENVIRONMENT.md).
+dominates CPU timings (see docs/development.md).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def reexec_with_malloc_env() -> None:
     """Restart this script with glibc's allocator told to keep freed memory.
 
     By default glibc returns freed blocks >= 32 MB to the OS and page-faults them back on the
-    next step, which dominates CPU timings (see ENVIRONMENT.md). The variables are read only at
+    next step, which dominates CPU timings (see docs/development.md). The variables are read only at
     process start, so the script re-executes itself once (an extra torch import, ~2 s).
     """
     if "MALLOC_MMAP_MAX_" not in os.environ:

@@ -12,7 +12,7 @@ threshold. Rows: eager PyTorch, TorchScript (``torch.jit.trace``) and ONNX Runti
 CUDA when available (exported rows stay on CPU). Prints a table; asserts nothing.
 
 On CPU the script re-executes itself with ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647``
-so glibc keeps freed memory instead of page-faulting it back every batch (ENVIRONMENT.md).
+so glibc keeps freed memory instead of page-faulting it back every batch (docs/development.md).
 """
 
 from __future__ import annotations

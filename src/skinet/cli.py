@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import logging
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from skinet.config import ConfigError, ExperimentConfig, load_config
+from skinet import __version__
+from skinet.config import ConfigError, ExperimentConfig, UsageError, load_config
+from skinet.config.arguments import add_config_arguments, parse_overrides
 from skinet.tracking import TrackingError
 
 log = logging.getLogger("skinet")
@@ -21,31 +21,9 @@ log = logging.getLogger("skinet")
 Handler = Callable[[argparse.Namespace], int]
 
 
-def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["TRAIN_CONFIG.max_epochs=3"]`` -> ``{"TRAIN_CONFIG.max_epochs": 3}`` (values as YAML)."""
-    overrides: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set expects SECTION.key=value, got {pair!r}")
-        overrides[key.strip()] = yaml.safe_load(value)
-    return overrides
-
-
 def load_config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     """The config file of ``--config`` with every ``--set`` applied."""
     return load_config(args.config, parse_overrides(args.set or []))
-
-
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--config`` and repeated ``--set KEY=VALUE`` overrides."""
-    parser.add_argument("--config", required=True, type=Path, help="YAML experiment config")
-    parser.add_argument(
-        "--set",
-        action="append",
-        metavar="SECTION.KEY=VALUE",
-        help="override a config value, e.g. --set TRAIN_CONFIG.max_epochs=3 (repeatable)",
-    )
 
 
 def _run_train(args: argparse.Namespace) -> int:
@@ -64,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="skinet", description="Skin-lesion segmentation: train, sweep and evaluate UNet2D."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"skinet {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = subparsers.add_parser("train", help="train, validate and test one model")
@@ -78,16 +57,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in _subcommand_groups():
         register(subparsers)
+    _add_verbose_to_subcommands(subparsers)
     return parser
+
+
+def _add_verbose_to_subcommands(subparsers: argparse._SubParsersAction) -> None:
+    """Accept ``-v`` after the subcommand too (``skinet train -v``), at every level."""
+    for sub in subparsers.choices.values():
+        # SUPPRESS: a subcommand without -v leaves the top-level value alone.
+        sub.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging"
+        )
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_verbose_to_subcommands(action)
 
 
 def _subcommand_groups() -> list[Callable[[Any], Any]]:
     """Subcommand groups defined next to the code they drive."""
+    from skinet.config.cli import add_config_subcommands
     from skinet.data.cli import add_data_subcommands
     from skinet.inference.cli import add_inference_subcommands
+    from skinet.info import add_info_subcommand
     from skinet.sweep.cli import add_sweep_subcommands
 
-    return [add_data_subcommands, add_sweep_subcommands, add_inference_subcommands]
+    return [
+        add_data_subcommands,
+        add_sweep_subcommands,
+        add_inference_subcommands,
+        add_config_subcommands,
+        add_info_subcommand,
+    ]
 
 
 def configure_logging(verbose: bool = False) -> None:
@@ -102,10 +102,11 @@ def configure_logging(verbose: bool = False) -> None:
         handler.addFilter(_drop_advertisements)
         root.addHandler(handler)
     # Both configure their loggers at import; import them first so the settings below stick.
-    import lightning.pytorch  # noqa: F401
-
-    with contextlib.suppress(ImportError):  # MLflow is not needed to predict or train untracked
-        import mlflow  # noqa: F401
+    # Either may be missing: MLflow is not needed to predict or train untracked, and
+    # ``skinet info`` must still run to say what is missing.
+    for module in ("lightning.pytorch", "mlflow"):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
 
     for noisy in ("alembic", "mlflow", "urllib3", "matplotlib", "PIL"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -118,18 +119,27 @@ def configure_logging(verbose: bool = False) -> None:
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated")
 
 
+def _command_line(args: argparse.Namespace) -> str:
+    """``skinet data verify`` for the subcommand that ran."""
+    words = [getattr(args, name, None) for name in ("command", "data_command", "config_command")]
+    return " ".join(["skinet", *(w for w in words if isinstance(w, str))])
+
+
 def _drop_advertisements(record: logging.LogRecord) -> bool:
     """Drop Lightning's tips about optional cloud services."""
     return "Tip:" not in record.getMessage()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``skinet`` console script."""
+    """Entry point of the ``skinet`` console script; usage and config errors exit with 2."""
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
     handler: Handler = args.func
     try:
         return handler(args)
+    except UsageError as error:
+        log.error("%s (see %s --help)", error, _command_line(args))
+        return 2
     except (ConfigError, FileNotFoundError) as error:
         log.error("%s", error)
         return 2

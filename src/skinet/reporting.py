@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -48,6 +49,7 @@ def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
     if cfg.train.use_mlflow_logger:
         uri = resolve_tracking_uri(cfg)
         if sqlite_path(uri) is not None:
-            console.print(f"MLflow UI:        mlflow ui --backend-store-uri {uri}")
+            hint = f"mlflow ui --backend-store-uri {shlex.quote(uri)}"
+            console.print(f"MLflow UI:        {hint}", markup=False, soft_wrap=True)
         else:
             console.print(f"MLflow tracking:  {uri}")

@@ -40,7 +40,7 @@ def test_verify_reports_every_problem_and_exits_one(isic2017_tree: Path) -> None
     assert code == 1
     assert "2 problem(s)" in text
     assert "ISIC_0000003.jpg" in text and "missing mask" in text
-    assert "ISIC_0000004.jpg" in text and "truncated or corrupt JPEG" in text
+    assert "ISIC_0000004.jpg" in text and "not a JPEG file" in text
 
 
 def test_verify_from_config_via_python_m(tmp_path: Path, isic2017_tree: Path, tiny_raw) -> None:

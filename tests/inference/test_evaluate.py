@@ -110,7 +110,7 @@ def test_missing_and_mismatched_predictions_fail(tmp_path: Path) -> None:
     assert result.exit_code == 1
     argv = ["evaluate", "--predictions", str(preds), "--ground-truth", str(gts)]
     assert run_cli([*argv, "--output", str(tmp_path / "r")]) == 1
-    assert run_cli(["evaluate", "--predictions", str(preds), "--output", str(tmp_path)]) == 1
+    assert run_cli(["evaluate", "--predictions", str(preds), "--output", str(tmp_path)]) == 2
 
 
 def test_evaluate_checkpoint_on_a_split(

@@ -1,5 +1,12 @@
 """Pydantic config sections and loading of SkiNet YAML files."""
 
+from skinet.config.arguments import (
+    UsageError,
+    add_config_arguments,
+    parse_overrides,
+    positive_int,
+    probability,
+)
 from skinet.config.data import ISIC2017_MEAN, ISIC2017_STD, DataConfig
 from skinet.config.experiment import (
     ConfigError,
@@ -39,8 +46,13 @@ __all__ = [
     "TransformConfig",
     "TransformSpec",
     "UNet2DModelConfig",
+    "UsageError",
+    "add_config_arguments",
     "apply_override",
     "load_config",
     "parse_config",
+    "parse_overrides",
+    "positive_int",
+    "probability",
     "resolve_accelerator",
 ]

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from skinet.config.base import Section
 
 DatasetName = Literal["synthetic", "isic2017", "isic2018", "ph2", "folder"]
 
-# Per-channel mean/std (RGB, on [0, 1]) over every pixel of the 1800 ISIC 2017 training images
-# in ../shared/data/isic2017 (512x512 centre crops), from ``skinet data stats``.
+# Per-channel mean/std (RGB, on [0, 1]) over every pixel of the 1800 official ISIC 2017 training
+# images (512x512 centre crops), from ``skinet data stats``.
 ISIC2017_MEAN = (0.7125, 0.5864, 0.5362)
 ISIC2017_STD = (0.1486, 0.1668, 0.1820)
 
@@ -23,7 +24,8 @@ class DataConfig(Section):
     """Layout reader, one of ``isic2017``, ``isic2018``, ``ph2``, ``folder`` or ``synthetic``."""
     data_dir: str | None = None
     """Dataset folder; relative paths are resolved against the data roots below (``None``:
-    ``data/<dataset>``, ``data/synthetic_isic2017`` for ``synthetic``)."""
+    ``data/ISIC2017``, ``data/ISIC2018``, ``data/PH2Dataset``, ``data/folder`` or
+    ``data/synthetic_isic2017``, by ``dataset``)."""
     azure_blob_mount_point: str | None = None
     """Mounted blob storage searched first for ``data_dir`` (e.g. ``/mnt/data/``)."""
     local_data_root: str | None = None
@@ -60,6 +62,23 @@ class DataConfig(Section):
     """Side of generated synthetic images (before resizing to ``image_size``)."""
     max_samples_per_split: int | None = Field(None, gt=0)
     """Use only the first N samples of each split (quick experiments)."""
+
+    @field_validator("mean")
+    @classmethod
+    def _finite_mean(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:
+        if not all(math.isfinite(v) for v in value):
+            raise ValueError(f"every channel mean must be a finite number, got {list(value)}")
+        return value
+
+    @field_validator("std")
+    @classmethod
+    def _positive_std(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:
+        if not all(math.isfinite(v) and v > 0 for v in value):
+            raise ValueError(
+                f"every channel std must be a finite number > 0 (images are divided by it), got "
+                f"{list(value)}; `skinet data stats` prints the values of a dataset"
+            )
+        return value
 
     @model_validator(mode="after")
     def _check_fractions(self) -> DataConfig:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +85,12 @@ class ExperimentConfig(BaseModel):
                     f"is {monitor!r}; remove 'monitor' from {name} (it is propagated from "
                     "SWEEP_CONFIG.monitor)"
                 )
+            if "mode" in section.model_fields_set and section.mode != mode:
+                raise ValueError(
+                    f"TRAIN_CONFIG.{name}.mode is {section.mode!r} but SWEEP_CONFIG.direction is "
+                    f"{self.sweep.direction!r} (mode {mode!r}); remove 'mode' from {name} (it is "
+                    "propagated from SWEEP_CONFIG.direction)"
+                )
             section._derive("monitor", monitor)
             section._derive("mode", mode)
         return self
@@ -100,7 +109,7 @@ def _format_error(error: ValidationError, section_names: dict[str, str]) -> str:
         path = ".".join(loc)
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling against the docs)"
+            message = "unknown key" + _suggest(item["loc"])
         if path and message.startswith(path):
             # The validator already named the exact entry (e.g. ``...train_transforms[2]``).
             lines.extend(message.split("; "))
@@ -110,6 +119,31 @@ def _format_error(error: ValidationError, section_names: dict[str, str]) -> str:
             line += f" (got {item['input']!r})"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _suggest(loc: tuple[int | str, ...]) -> str:
+    """``; did you mean max_epochs?`` for the closest valid key at ``loc``, else a docs hint."""
+    fallback = " (check the spelling against the docs)"
+    node: Any = ExperimentConfig
+    for part in loc[:-1]:
+        fields = {f.alias or name: f for name, f in node.model_fields.items()}
+        field = fields.get(part) if isinstance(part, str) else None
+        node = _model_class(field.annotation) if field is not None else None
+        if node is None:
+            return fallback
+    valid = list(SECTIONS) if node is ExperimentConfig else list(node.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else fallback
+
+
+def _model_class(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside ``annotation`` (``X``, ``X | None``), else ``None``."""
+    candidates = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
+    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
 
 
 def parse_config(raw: dict[str, Any] | None, source: str = "<config>") -> ExperimentConfig:
@@ -141,6 +175,11 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{path}: top level must be a mapping of sections (TRAIN_CONFIG: ..., "
+            f"MODEL_CONFIG: ...), got a {type(raw).__name__}"
+        )
     for dotted, value in (overrides or {}).items():
         apply_override(raw, dotted, value)
     return parse_config(raw, str(path))
@@ -150,9 +189,13 @@ def apply_override(raw: dict[str, Any], dotted: str, value: Any) -> None:
     """Set ``raw[a][b][c] = value`` for ``dotted = "a.b.c"``, creating mappings as needed."""
     keys = dotted.split(".")
     node = raw
-    for key in keys[:-1]:
+    for depth, key in enumerate(keys[:-1]):
         match = next((k for k in node if _same_section(k, key)), key)
         node = node.setdefault(match, {})
+        if not isinstance(node, dict):
+            raise ConfigError(
+                f"--set {dotted}: {'.'.join(keys[: depth + 1])} is {node!r}, not a section"
+            )
     node[keys[-1]] = value
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from skinet.config import UsageError
 from skinet.data.errors import DatasetError, Problem
 
 DATASETS = ("isic2017", "isic2018", "ph2", "folder", "synthetic")
@@ -45,7 +46,12 @@ def add_data_subcommands(subparsers: argparse._SubParsersAction) -> argparse.Arg
 
     download = commands.add_parser("download", help="download the official ISIC archives")
     download.add_argument("dataset", choices=("isic2017", "isic2018"))
-    download.add_argument("--dest", default=None, help="target folder (default data/<dataset>)")
+    download.add_argument(
+        "--dest",
+        default=None,
+        help="target folder (default: data/ISIC2017 or data/ISIC2018, where "
+        "configs/main_config.yaml looks)",
+    )
     download.add_argument("--base-url", default=None, help="mirror replacing the ISIC S3 bucket")
     download.add_argument("--keep-archives", action="store_true", help="keep the zip files")
     download.set_defaults(func=run_download)
@@ -68,7 +74,7 @@ def _data_config(args: argparse.Namespace):  # -> DataConfig
             data = data.model_copy(update={"data_dir": args.data_dir})
         return data
     if not args.data_dir:
-        raise SystemExit("give --config or --data-dir")
+        raise UsageError("give --config or --data-dir")
     return DataConfig(
         dataset=args.dataset,
         data_dir=str(Path(args.data_dir).resolve()),
@@ -129,9 +135,10 @@ def run_stats(args: argparse.Namespace, console: Console | None = None) -> int:
 def run_download(args: argparse.Namespace, console: Console | None = None) -> int:
     """Download, check and unpack the official archives of an ISIC dataset."""
     from skinet.data.download import ISIC_BASE_URL, DownloadError, download_dataset
+    from skinet.data.layouts import DEFAULT_DATA_DIRS
 
     console = console or Console()
-    dest = Path(args.dest or f"data/{args.dataset}")
+    dest = Path(args.dest or DEFAULT_DATA_DIRS[args.dataset])
     try:
         download_dataset(
             args.dataset,
@@ -158,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except UsageError as exc:
+        parser.error(str(exc))  # exits 2, as argparse does for its own usage errors
     except DatasetError as exc:
         Console().print(f"[bold red]{escape(str(exc))}[/bold red]")
         return 1

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import albumentations as A
 import numpy as np
@@ -20,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from skinet.data.errors import Problem
-from skinet.data.io import load_pair, load_pair_or_raise
+from skinet.data.io import MASK_THRESHOLD, load_pair, load_pair_or_raise
 from skinet.data.layouts import Sample
 from skinet.data.preprocess import Preprocessing, as_preprocessing
 from skinet.data.transforms import Normalizer
@@ -67,10 +68,11 @@ def decode_split(
     images = np.empty((count, image_size, image_size, 3), np.uint8) if keep else None
     masks = np.empty((count, image_size, image_size), np.uint8) if keep else None
     problems: list[Problem] = []
+    grey_masks: list[Path] = []
 
     def work(i: int) -> list[Problem]:
         placed = spec if keep else None  # a check only: skip the preprocessing
-        result = load_pair(samples[i].image_path, samples[i].mask_path, placed, split)
+        result = load_pair(samples[i].image_path, samples[i].mask_path, placed, split, grey_masks)
         if isinstance(result, list):
             return result
         if images is not None and masks is not None:
@@ -83,6 +85,16 @@ def decode_split(
             results = _with_progress(results, count, description or f"decoding {split or ''}")
         for found in results:
             problems += found
+    if grey_masks:
+        logger.warning(
+            "%d of %d mask(s)%s have grey values between 0 and 255 (e.g. %s); they were binarised "
+            "at >= %d. Fine for anti-aliased edges; threshold probability or grey maps yourself.",
+            len(grey_masks),
+            count,
+            f" of split {split}" if split else "",
+            min(grey_masks),
+            MASK_THRESHOLD,
+        )
     return DecodedSplit(images, masks, problems)
 
 

@@ -20,6 +20,24 @@ MASK_THRESHOLD = 128
 """Anti-aliased 8-bit masks are binarised at this value."""
 
 
+_SIGNATURES = (
+    (b"\xff\xd8", "JPEG"),
+    (b"\x89PNG", "PNG"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+)
+"""Leading bytes of the formats datasets use, to tell a mislabelled file from a corrupt one."""
+_SUFFIX_FORMATS = {
+    ".jpg": "JPEG",
+    ".jpeg": "JPEG",
+    ".png": "PNG",
+    ".bmp": "BMP",
+    ".tif": "TIFF",
+    ".tiff": "TIFF",
+}
+
+
 class DecodeError(ValueError):
     """A file could not be turned into a usable image or mask."""
 
@@ -29,6 +47,15 @@ def _read_bytes_checked(path: Path) -> np.ndarray:
     if not data:
         raise DecodeError("file is empty")
     suffix = path.suffix.lower()
+    signature = next((name for magic, name in _SIGNATURES if data.startswith(magic)), None)
+    expected = _SUFFIX_FORMATS.get(suffix)
+    if expected is not None and signature is None:
+        raise DecodeError(
+            f"not a {expected} file: it does not start with the {expected} signature "
+            f"(first bytes {data[:16]!r}); is it a text or HTML page saved under an image name?"
+        )
+    if signature is not None and signature != expected:
+        return np.frombuffer(data, np.uint8)  # another image format under this name: let OpenCV
     tail = data.rstrip(b"\x00")[-64:]
     # OpenCV decodes a truncated JPEG into a half-grey image with only a warning on stderr, so
     # check the end-of-image marker ourselves; likewise PNG's IEND chunk.
@@ -87,26 +114,32 @@ def read_mask(path: Path) -> np.ndarray:
     Raises:
         DecodeError: the values are ambiguous (e.g. label indices 0..5 instead of 0/255).
     """
+    return read_mask_checked(path)[0]
+
+
+def read_mask_checked(path: Path) -> tuple[np.ndarray, bool]:
+    """:func:`read_mask`, and whether grey values (between 0 and 255) were thresholded."""
     array = _decode(path)
     if array.ndim == 3:
         array = array[..., :3].max(axis=2) if array.shape[2] >= 3 else array[..., 0]
     if array.dtype == np.bool_:
-        return array.astype(np.uint8)
+        return array.astype(np.uint8), False
     if array.dtype != np.uint8:
         high = int(array.max())
         if high <= 1:
-            return (array > 0).astype(np.uint8)
+            return (array > 0).astype(np.uint8), False
         array = _to_uint8(array)
     high = int(array.max())
     if high <= 1:
-        return array.copy()
+        return array.copy(), False
     if high < MASK_THRESHOLD:
         values = np.unique(array)[:8].tolist()
         raise DecodeError(
             f"mask values {values} are not binary (max {high} < {MASK_THRESHOLD}); expected 0/255 "
             "or 0/1"
         )
-    return (array >= MASK_THRESHOLD).astype(np.uint8)
+    grey = bool(np.any((array > 0) & (array < high)))
+    return (array >= MASK_THRESHOLD).astype(np.uint8), grey
 
 
 def load_pair(
@@ -114,11 +147,13 @@ def load_pair(
     mask_path: Path,
     preprocessing: Preprocessing | int | None,
     split: str | None = None,
+    grey_masks: list[Path] | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | list[Problem]:
     """Decode, check and preprocess one pair; problems instead of arrays when it is unusable.
 
     ``preprocessing`` is a :class:`~skinet.data.preprocess.Preprocessing`, an ``int`` (plain
-    squash to that size) or ``None`` (decode and check only).
+    squash to that size) or ``None`` (decode and check only). A mask with grey values is
+    thresholded and, when ``grey_masks`` is given, appended to it.
     """
     problems: list[Problem] = []
     image = mask = None
@@ -127,7 +162,9 @@ def load_pair(
     except (DecodeError, OSError) as exc:
         problems.append(Problem(image_path, str(exc), split))
     try:
-        mask = read_mask(mask_path)
+        mask, grey = read_mask_checked(mask_path)
+        if grey and grey_masks is not None:
+            grey_masks.append(mask_path)
     except (DecodeError, OSError) as exc:
         problems.append(Problem(mask_path, str(exc), split))
     if image is None or mask is None:

@@ -37,8 +37,8 @@ ISIC2018_FOLDERS = {
 PH2_IMAGES_FOLDER = "PH2 Dataset images"
 DEFAULT_DATA_DIRS = {
     "synthetic": "data/synthetic_isic2017",
-    "isic2017": "data/isic2017",
-    "isic2018": "data/isic2018",
+    "isic2017": "data/ISIC2017",
+    "isic2018": "data/ISIC2018",
     "ph2": "data/PH2Dataset",
     "folder": "data/folder",
 }

@@ -236,8 +236,15 @@ def verify_dataset(
         return exc.problems or [Problem(Path(data.data_dir or "."), str(exc))]
     problems = list(index.problems) + _split_problems(index, splits)
     if decode:
-        for name, pairs in splits.items():
-            problems += decode_split(pairs, 8, keep=False, split=name).problems
+        problems += _decode_problems(splits)
+    return problems
+
+
+def _decode_problems(splits: dict[str, list[Sample]]) -> list[Problem]:
+    """Every unreadable file of the paired samples (decoded for the check only, not kept)."""
+    problems: list[Problem] = []
+    for name, pairs in splits.items():
+        problems += decode_split(pairs, 8, keep=False, split=name).problems
     return problems
 
 
@@ -309,6 +316,8 @@ def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> D
     index, splits = index_dataset(cfg)
     problems = list(index.problems) + _split_problems(index, splits)
     if problems:
+        # Report the unreadable files too, so one run shows everything `skinet data verify` does.
+        problems += _decode_problems(splits)
         raise DatasetError(problems, header=f"dataset {index.root} has {len(problems)} problem(s)")
     datasets: dict[str, SegmentationDataset | None] = {}
     all_problems: list[Problem] = []

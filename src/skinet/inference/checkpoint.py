@@ -59,6 +59,15 @@ class SkinetCheckpoint:
 
 
 def _safe_load(path: Path, map_location: str | torch.device) -> Any:
+    if not zipfile.is_zipfile(path):
+        # torch.save has written zip archives since torch 1.6; anything else (a text file, an
+        # HTML error page, a truncated download) would otherwise surface as raw unpickler text.
+        with path.open("rb") as handle:
+            head = handle.read(16)
+        raise CheckpointError(
+            f"{path} is not a checkpoint: it is not a torch.save archive (first bytes {head!r}). "
+            "Give a .ckpt written by `skinet train` (run folder, checkpoints/)."
+        )
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
@@ -78,6 +87,24 @@ def _safe_load(path: Path, map_location: str | torch.device) -> Any:
         raise CheckpointError(f"cannot read checkpoint {path}: {error}") from None
 
 
+def read_checkpoint_file(
+    path: str | Path, map_location: str | torch.device = "cpu"
+) -> dict[str, Any]:
+    """The raw contents of a SkiNet training checkpoint, read with ``weights_only=True``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        CheckpointError: The file is not a checkpoint, holds non-weight objects, or lacks a
+            valid ``skinet`` entry.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    raw = _safe_load(path, map_location)
+    CheckpointPayload.from_checkpoint(raw, str(path))
+    return raw
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> SkinetCheckpoint:
     """Read a SkiNet training checkpoint safely (``weights_only=True``).
 
@@ -87,9 +114,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             entry, the model weights or a valid config.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    raw = _safe_load(path, map_location)
+    raw = read_checkpoint_file(path, map_location)
     payload = CheckpointPayload.from_checkpoint(raw, str(path))
     try:
         config = parse_config(payload.config, f"{path} (checkpoint config)")

@@ -8,19 +8,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from skinet.config import UsageError, positive_int, probability
+
 log = logging.getLogger("skinet")
 
 Handler = Callable[[argparse.Namespace], int]
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threshold", type=float, help="override the checkpoint's threshold")
+    parser.add_argument(
+        "--threshold", type=probability, help="override the checkpoint's threshold (0..1)"
+    )
     parser.add_argument("--tta", action="store_true", help="average over flips (4x slower)")
     parser.add_argument(
         "--keep-largest", action="store_true", help="keep only the largest connected component"
     )
     parser.add_argument("--fill-holes", action="store_true", help="fill holes inside the mask")
-    parser.add_argument("--batch-size", type=int, default=8, help="images per forward pass")
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=8, help="images per forward pass"
+    )
     parser.add_argument(
         "--device",
         default="auto",
@@ -79,7 +85,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     if args.predictions is not None or args.ground_truth is not None:
         if args.predictions is None or args.ground_truth is None or args.checkpoint is not None:
-            raise ValueError("use --predictions with --ground-truth, or --checkpoint (not both)")
+            raise UsageError("use --predictions with --ground-truth, or --checkpoint (not both)")
         result = evaluate_mask_folders(args.predictions, args.ground_truth)
     elif args.checkpoint is not None:
         predictor = _build_predictor(args)
@@ -95,7 +101,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
             fill_holes=args.fill_holes,
         )
     else:
-        raise ValueError("give --checkpoint (with --data), or --predictions and --ground-truth")
+        raise UsageError("give --checkpoint (with --data), or --predictions and --ground-truth")
+    if not result.metrics:
+        _report_failures(result.failures, "images", len(result.failures))
+        log.error("no image could be scored; nothing written to %s", args.output)
+        return 1
     paths = write_evaluation(result, args.output)
     _print_summary(result.summary)
     log.info("wrote %s", ", ".join(str(p) for p in paths.values()))

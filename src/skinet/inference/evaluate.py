@@ -185,6 +185,13 @@ def evaluate_mask_folders(predictions: Path, ground_truth: Path) -> EvaluationRe
     preds, targets = index_masks(predictions), index_masks(ground_truth)
     if not targets:
         raise DatasetError(f"no ground-truth masks in {ground_truth}")
+    if not set(preds) & set(targets):
+        raise DatasetError(
+            f"no prediction in {predictions} has the ID of a ground-truth mask in {ground_truth} "
+            f"({len(preds)} prediction(s), e.g. {sorted(preds)[:3]}; ground-truth IDs e.g. "
+            f"{sorted(targets)[:3]}). IDs are file stems without {', '.join(ID_SUFFIXES)}; "
+            "nothing was written."
+        )
     extra = sorted(set(preds) - set(targets))
     if extra:
         log.warning("%d prediction(s) without ground truth ignored: %s", len(extra), extra[:5])

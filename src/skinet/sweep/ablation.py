@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, get_args
 
-from skinet.config import ExperimentConfig
+from skinet.config import ExperimentConfig, UsageError
 from skinet.config.model import EncoderResidualMode, MergeResidualMode
 from skinet.keys import MetricsKey
 from skinet.sweep.mlflow_parent import start_group_run
@@ -37,16 +37,16 @@ class AblationResult:
 
 
 def check_modes(encoder_modes: Sequence[str], merge_modes: Sequence[str]) -> None:
-    """Raise ``ValueError`` naming an unknown mode and the allowed ones."""
+    """Raise ``UsageError`` naming an unknown mode and the allowed ones."""
     for flag, given, allowed in (
         ("--encoder-modes", encoder_modes, ENCODER_MODES),
         ("--merge-modes", merge_modes, MERGE_MODES),
     ):
         unknown = [m for m in given if m not in allowed]
         if unknown:
-            raise ValueError(f"{flag}: unknown mode(s) {unknown}; choose from {list(allowed)}")
+            raise UsageError(f"{flag}: unknown mode(s) {unknown}; choose from {list(allowed)}")
         if not given:
-            raise ValueError(f"{flag} needs at least one mode")
+            raise UsageError(f"{flag} needs at least one mode")
 
 
 def make_ablation_folder(output_dir: Path) -> Path:

@@ -7,6 +7,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, get_args
 
+from skinet.config import positive_int
+
 Handler = Callable[[argparse.Namespace], int]
 
 MONITOR_ENV, DIRECTION_ENV = "SWEEP_MONITOR", "SWEEP_DIRECTION"
@@ -142,7 +144,7 @@ def add_sweep_subcommands(subparsers: Any) -> None:
         help="default: --set SWEEP_CONFIG.direction, else $SWEEP_DIRECTION, else the YAML's",
     )
     sweep.add_argument(
-        "--trials", type=int, metavar="N", help="run only the first N points of the grid"
+        "--trials", type=positive_int, metavar="N", help="run only the first N points of the grid"
     )
     sweep.add_argument(
         "--storage",

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from skinet.config import ExperimentConfig
+from skinet.config import ExperimentConfig, UsageError
 from skinet.sweep.mlflow_parent import start_group_run
 from skinet.sweep.reports import markdown_table, print_table, write_json
 from skinet.sweep.search_space import config_with_overrides
@@ -80,9 +80,9 @@ def run_seeds(
     ``<output_dir>/seeds_summary_{timestamp}.json`` and ``.md``.
     """
     if not seeds:
-        raise ValueError("--seeds needs at least one seed")
+        raise UsageError("--seeds needs at least one seed")
     if len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds has duplicates: {list(seeds)}")
+        raise UsageError(f"--seeds has duplicates: {list(seeds)}")
     if run_training_fn is None:
         from skinet.training.run import run_training
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
@@ -19,6 +18,7 @@ from skinet.callbacks import setup_logging_and_callbacks
 from skinet.checkpoint_format import CHECKPOINT_KEY, CheckpointPayload
 from skinet.config import ExperimentConfig
 from skinet.data import build_dataloaders, visualize_augmented_data
+from skinet.inference.checkpoint import CheckpointError, read_checkpoint_file
 from skinet.tracking import (
     make_run_name,
     mark_run_failed,
@@ -68,9 +68,9 @@ def _check_resume(checkpoint_path: Path, max_epochs: int) -> dict[str, Any]:
     if not checkpoint_path.is_file():
         raise ResumeError(f"checkpoint to resume from not found: {checkpoint_path}")
     try:
-        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-    except Exception as error:
-        raise ResumeError(f"cannot read checkpoint {checkpoint_path}: {error}") from None
+        checkpoint = read_checkpoint_file(checkpoint_path)
+    except CheckpointError as error:
+        raise ResumeError(f"--resume: {error}") from None
     done = int(checkpoint.get("epoch", -1)) + 1
     if done >= max_epochs:
         raise ResumeError(
@@ -175,15 +175,16 @@ def run_training(
         run_name = run_dir.name
     else:
         run_dir = Path(train_cfg.output_dir) / run_name
-    # First: an unreachable tracking server fails here, before any folder or data is made.
+    # Bad data and an unreachable tracking server both fail before any run folder or MLflow
+    # run is made, so a failed start leaves nothing half-made behind.
+    world_size = train_cfg.ddp_processes_per_node * train_cfg.num_nodes
+    loaders = build_dataloaders(cfg, world_size=world_size)
     loggers, callbacks = setup_logging_and_callbacks(
         cfg, run_dir, run_name, parent_run_id, resume_run_id
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(cfg.to_yaml_dict(), sort_keys=False))
 
-    world_size = train_cfg.ddp_processes_per_node * train_cfg.num_nodes
-    loaders = build_dataloaders(cfg, world_size=world_size)
     if visualize:
         visualize_augmented_data(loaders.train_dataset, run_dir / "augmented_samples.png")
 

@@ -1,0 +1,67 @@
+"""Command-line argument types and the usage error shared by every ``skinet`` subcommand."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from skinet.config.experiment import ConfigError
+
+
+class UsageError(ValueError):
+    """Options that are missing, conflicting or out of range; ``skinet`` exits with status 2."""
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def probability(text: str) -> float:
+    """An ``argparse`` type: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
+    return value
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["TRAIN_CONFIG.max_epochs=3"]`` -> ``{"TRAIN_CONFIG.max_epochs": 3}`` (values as YAML)."""
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects SECTION.key=value, got {pair!r}")
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            problem = getattr(error, "problem", None) or "not valid YAML"
+            raise ConfigError(
+                f"--set {pair}: the value is not valid YAML ({problem}); quote it, e.g. "
+                f"--set '{key.strip()}=\"{value}\"'"
+            ) from None
+    return overrides
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config`` and repeated ``--set KEY=VALUE`` overrides."""
+    parser.add_argument("--config", required=True, type=Path, help="YAML experiment config")
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value, e.g. --set TRAIN_CONFIG.max_epochs=3 (repeatable)",
+    )

@@ -1,0 +1,210 @@
+"""Every fenced ``skinet ...`` / ``python main_run.py ...`` command of the docs and README, run.
+
+Commands run as typed (shell quoting, ``*`` patterns and ``#`` comments as bash reads them),
+each doc file in its own folder that holds ``configs/`` and a small synthetic ISIC 2017 copy in
+``data/ISIC2017`` and ``data/synthetic_isic2017``. Commands that take ``--set`` get the overrides
+of :data:`TINY` appended (tiny model, 32 px, one epoch, no MLflow), the documented way to shrink a
+run. One tiny quickstart run, trained once, is in every folder's ``runs/`` for the commands that
+need a checkpoint; commands of one file run in their order, so ``--resume last`` continues the
+run before it.
+
+A command that cannot run here is marked in the doc, on the line before its fence, with
+``<!-- doc-test: skip (reason) -->``; :data:`EXPECTED_SKIPPED` counts them, so neither a new
+unmarked command nor a new skip goes unnoticed.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import runpy
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from skinet.cli import main
+from skinet.data.layouts import ISIC2017_FOLDERS
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
+GUIDE_SCRIPTS = ("main_run.py", "optuna_sweep.py", "run_seeds.py")
+SKIP_MARK = re.compile(r"<!--\s*doc-test:\s*skip\s*\((.+?)\)\s*-->")
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
+COMMAND = re.compile(r"^(?:\.venv/bin/)?(?:skinet\s|python\s+[\w./-]+\.py\b)")
+EXPECTED_SKIPPED = 8
+"""Downloads (network; README and index with their main_run.py line), a benchmark, DDP."""
+
+TINY = [
+    "TRAIN_CONFIG.accelerator=cpu",
+    "TRAIN_CONFIG.num_workers=0",
+    "TRAIN_CONFIG.batch_size=4",
+    "TRAIN_CONFIG.use_mlflow_logger=false",
+    "TRAIN_CONFIG.use_torch_compile=false",
+    "TRAIN_CONFIG.enable_progress_bar=false",
+    "TRAIN_CONFIG.num_sanity_val_steps=0",
+    "TRAIN_CONFIG.limit_train_batches=2",
+    "TRAIN_CONFIG.limit_val_batches=1",
+    "TRAIN_CONFIG.cache_in_ram=false",
+    "MODEL_CONFIG.out_channels_layer1=8",
+    "MODEL_CONFIG.number_of_layers=3",
+    "DATA_CONFIG.image_size=32",
+]
+"""Overrides appended to every command that takes ``--set`` (after its own, so they win)."""
+TRAINING = ("train", "sweep", "seeds", "ablation")
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    """One command of a fenced block: where it is written and the words bash would pass."""
+
+    doc: str
+    line: int
+    words: tuple[str, ...]
+    skip: str | None
+
+    @property
+    def id(self) -> str:
+        return f"{self.doc}:{self.line}"
+
+
+def extract_commands(path: Path) -> list[DocCommand]:
+    """The ``skinet``/guide-script commands of every fenced block of one Markdown file."""
+    text = path.read_text()
+    commands = []
+    for fence in FENCE.finditer(text):
+        if fence.group(1) not in ("bash", "sh", "shell", "console", ""):
+            continue
+        before = text[: fence.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        mark = SKIP_MARK.search(before)
+        start = text.count("\n", 0, fence.start()) + 2  # the first line inside the fence
+        lines = fence.group(2).split("\n")
+        index = 0
+        while index < len(lines):
+            first, joined = index, lines[index]
+            while joined.endswith("\\") and index + 1 < len(lines):
+                index += 1
+                joined = joined[:-1] + " " + lines[index].strip()
+            index += 1
+            if COMMAND.match(joined.strip()):
+                words = tuple(shlex.split(joined, comments=True))
+                commands.append(
+                    DocCommand(path.name, start + first, words, mark.group(1) if mark else None)
+                )
+    return commands
+
+
+ALL = [command for doc in DOCS for command in extract_commands(doc)]
+
+
+def _argv(command: DocCommand, cwd: Path) -> tuple[str | None, list[str]]:
+    """(guide script or None, arguments) with ``*`` expanded and the tiny overrides appended."""
+    words = list(command.words)
+    program = Path(words.pop(0)).name
+    script = None
+    if program != "skinet":
+        script = Path(words.pop(0)).name
+        assert script in GUIDE_SCRIPTS, f"{command.id}: mark `{script}` with a doc-test skip"
+    expanded: list[str] = []
+    for word in words:
+        matches = sorted(glob.glob(word, root_dir=cwd)) if "*" in word else []
+        expanded += matches or [word]
+    subcommand = {"main_run.py": "train", "optuna_sweep.py": "sweep", "run_seeds.py": "seeds"}.get(
+        script or "", expanded[0] if expanded else ""
+    )
+    if subcommand in TRAINING or "--set" in expanded:
+        epochs = "2" if "--resume" in expanded else "1"
+        data_dir = str((cwd / "data" / "synthetic_isic2017").resolve())
+        tiny = [*TINY, f"TRAIN_CONFIG.max_epochs={epochs}", "DATA_CONFIG.dataset=synthetic"]
+        tiny.append(f"DATA_CONFIG.data_dir={data_dir}")
+        for value in tiny:
+            expanded += ["--set", value]
+    return script, expanded
+
+
+def _run(script: str | None, argv: list[str]) -> int:
+    if script is None:
+        return main(argv)
+    saved = sys.argv
+    sys.argv = [script, *argv]
+    try:
+        runpy.run_path(str(REPO / script), run_name="__main__")
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    finally:
+        sys.argv = saved
+    return 0
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from skinet.data.synthetic import make_synthetic_dataset
+
+    root = tmp_path_factory.mktemp("doc_data") / "synthetic"
+    make_synthetic_dataset(root, num_train=8, num_val=4, num_test=4, image_size=48, seed=0)
+    return root
+
+
+@pytest.fixture(scope="module")
+def shared_run(tmp_path_factory: pytest.TempPathFactory, tiny_dataset: Path) -> Path:
+    """One tiny quickstart run, for the commands that read a checkpoint."""
+    folder = tmp_path_factory.mktemp("doc_shared")
+    _link_inputs(folder, tiny_dataset)
+    command = DocCommand("shared", 0, ("skinet", "train", "--config", "configs/quickstart.yaml"), None)
+    _, argv = _argv(command, folder)
+    cwd = Path.cwd()
+    os.chdir(folder)
+    try:
+        assert main([*argv, "--no-visualize"]) == 0
+    finally:
+        os.chdir(cwd)
+    (run,) = (folder / "runs").glob("quickstart_seed100_*")
+    return run
+
+
+def _link_inputs(folder: Path, dataset: Path) -> None:
+    (folder / "configs").symlink_to(REPO / "configs")
+    (folder / "data").mkdir()
+    for name in ("ISIC2017", "synthetic_isic2017"):
+        (folder / "data" / name).symlink_to(dataset)
+    images, masks = (dataset / name for name in ISIC2017_FOLDERS["val"])
+    shutil.copytree(images, folder / "photos")
+    shutil.copytree(masks, folder / "ISIC-2017_Test_v2_Part1_GroundTruth")
+    shutil.copy(next(images.glob("*.jpg")), folder / "ISIC_0000000.jpg")
+
+
+@pytest.fixture(scope="module")
+def doc_folders(
+    tmp_path_factory: pytest.TempPathFactory, tiny_dataset: Path, shared_run: Path
+) -> dict[str, Path]:
+    """A working folder per doc file, with the inputs and the shared run."""
+    folders = {}
+    for doc in DOCS:
+        folder = tmp_path_factory.mktemp(f"doc_{doc.stem}")
+        _link_inputs(folder, tiny_dataset)
+        (folder / "runs").mkdir()
+        shutil.copytree(shared_run, folder / "runs" / shared_run.name)
+        folders[doc.name] = folder
+    return folders
+
+
+def test_skipped_examples_are_counted() -> None:
+    skipped = [c for c in ALL if c.skip]
+    assert len(skipped) == EXPECTED_SKIPPED, [f"{c.id} ({c.skip})" for c in skipped]
+    assert len(ALL) - len(skipped) >= 20  # the extraction still finds the examples
+
+
+@pytest.mark.parametrize(
+    "command", [c for c in ALL if not c.skip], ids=lambda c: c.id if isinstance(c, DocCommand) else ""
+)
+def test_doc_command_runs(
+    command: DocCommand, doc_folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cwd = doc_folders[command.doc]
+    monkeypatch.chdir(cwd)
+    script, argv = _argv(command, cwd)
+    assert _run(script, argv) == 0, f"{command.id}: {shlex.join(command.words)}"
