@@ -90,7 +90,7 @@ def test_plots_report_the_best_checkpoint_and_its_worst_images(
     union = (preds | truth).sum(1)
     jaccard = torch.where(union == 0, 1.0, (preds & truth).sum(1) / union.clamp_min(1))
     worst = sorted(range(8), key=lambda i: (float(jaccard[i]), i))[:3]
-    assert [s.index for s in callback.drawn] == worst
+    assert [s.position for s in callback.drawn] == worst
     assert [s.jaccard for s in callback.drawn] == pytest.approx([float(jaccard[i]) for i in worst])
     assert (tmp_path / "plots" / "val_predictions.png").read_bytes()[:8] == PNG_MAGIC
 

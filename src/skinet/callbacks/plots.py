@@ -55,7 +55,7 @@ class ScoredImage(NamedTuple):
 
     jaccard: float
     dice: float
-    index: int
+    position: int
     image: np.ndarray
     mask: np.ndarray
     pred: np.ndarray
@@ -239,7 +239,7 @@ class TrainingPlotsCallback(Callback):
             loader.sampler, SequentialSampler
         )
         titles = [
-            f"{dataset.samples[s.index].id if named else f'val #{s.index}'}\n"  # type: ignore[attr-defined]
+            f"{dataset.samples[s.position].id if named else f'val #{s.position}'}\n"  # type: ignore[attr-defined]
             f"Jaccard {s.jaccard:.3f}  Dice {s.dice:.3f}"
             for s in worst
         ]
@@ -294,7 +294,7 @@ class TrainingPlotsCallback(Callback):
                         preds[i].reshape(shape).numpy(),
                     )
                 )
-            worst = sorted(worst, key=lambda s: (s.jaccard, s.index))[: self.num_images]
+            worst = sorted(worst, key=lambda s: (s.jaccard, s.position))[: self.num_images]
             seen += images.shape[0]
         return worst
 

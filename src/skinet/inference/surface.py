@@ -6,8 +6,11 @@ Definitions follow MONAI's ``compute_hausdorff_distance(percentile=95)`` and
 * The surface of a mask is its boundary pixels: lesion pixels with a 4-neighbour outside the
   lesion (``mask & ~binary_erosion(mask)``); pixels on the image border count as boundary.
 * ``d(a, B)`` is the Euclidean distance from a boundary pixel ``a`` of one mask to the nearest
-  boundary pixel of the other (centre to centre), from ``scipy.ndimage.distance_transform_edt``
-  with the pixel spacing as ``sampling``.
+  boundary pixel of the other (centre to centre, coordinates scaled by the pixel spacing).
+  MONAI reads it off ``scipy.ndimage.distance_transform_edt`` of the whole image; the same exact
+  nearest-neighbour distances come here from a ``scipy.spatial.cKDTree`` over the boundary
+  pixels, which costs the perimeter instead of the area (0.6 s instead of 10 s for a 6000x4000
+  dermoscopy image on a shared 2-core CPU).
 * HD95 is the larger of the two directed 95th percentiles (``numpy.percentile``, linear
   interpolation): ``max(P95{d(a, ∂G) : a ∈ ∂P}, P95{d(g, ∂P) : g ∈ ∂G})``.
 * ASSD is the mean over both boundaries pooled: ``(Σ d(a, ∂G) + Σ d(g, ∂P)) / (|∂P| + |∂G|)``.
@@ -24,8 +27,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
-from scipy import ndimage
+from scipy.spatial import cKDTree
 
 HD_PERCENTILE = 95.0
 
@@ -72,22 +76,25 @@ def check_spacing(spacing_mm: float | Sequence[float] | None) -> tuple[float, fl
     return values[0], values[1]
 
 
-def _boundary(mask: np.ndarray) -> np.ndarray:
-    return mask & ~ndimage.binary_erosion(mask, border_value=0)
+_CROSS = cv2.getStructuringElement(cv2.MORPH_CROSS, (3, 3))
 
 
-def _directed_distances(
-    from_edges: np.ndarray, to_edges: np.ndarray, sampling: tuple[float, float]
-) -> np.ndarray:
-    """Distance from every pixel of ``from_edges`` to the nearest pixel of ``to_edges``."""
-    return ndimage.distance_transform_edt(~to_edges, sampling=sampling)[from_edges]
+def _boundary_points(mask: np.ndarray) -> np.ndarray:
+    """``(N, 2)`` float ``(row, column)`` of the boundary pixels of a non-empty bool mask."""
+    pixels = mask.astype(np.uint8)
+    # Outside the image is background, as scipy.ndimage.binary_erosion's border_value=0.
+    inner = cv2.erode(pixels, _CROSS, borderType=cv2.BORDER_CONSTANT, borderValue=0)
+    columns_rows = cv2.findNonZero(pixels - inner).reshape(-1, 2)
+    return columns_rows[:, ::-1].astype(np.float64)
 
 
 def _hd95_and_assd(
-    pred_edges: np.ndarray, target_edges: np.ndarray, sampling: tuple[float, float]
+    pred_points: np.ndarray, target_points: np.ndarray, sampling: tuple[float, float]
 ) -> tuple[float, float]:
-    to_target = _directed_distances(pred_edges, target_edges, sampling)
-    to_pred = _directed_distances(target_edges, pred_edges, sampling)
+    scale = np.asarray(sampling)
+    pred_points, target_points = pred_points * scale, target_points * scale
+    to_target = cKDTree(target_points).query(pred_points)[0]
+    to_pred = cKDTree(pred_points).query(target_points)[0]
     hd95 = max(np.percentile(to_target, HD_PERCENTILE), np.percentile(to_pred, HD_PERCENTILE))
     assd = (to_target.sum() + to_pred.sum()) / (to_target.size + to_pred.size)
     return float(hd95), float(assd)
@@ -122,12 +129,7 @@ def compute_surface_metrics(
     if pred_any != target_any:
         nan = None if spacing is None else math.nan
         return SurfaceMetrics(math.nan, math.nan, nan, nan)
-    # Distances do not depend on the canvas: crop to the union's bounding box (plus a
-    # one-pixel margin so the erosion sees the true neighbours) to keep large images cheap.
-    rows, cols = np.nonzero(pred | target)
-    top, left = max(int(rows.min()) - 1, 0), max(int(cols.min()) - 1, 0)
-    window = np.s_[top : int(rows.max()) + 2, left : int(cols.max()) + 2]
-    pred_edges, target_edges = _boundary(pred[window]), _boundary(target[window])
+    pred_edges, target_edges = _boundary_points(pred), _boundary_points(target)
     hd95_px, assd_px = _hd95_and_assd(pred_edges, target_edges, (1.0, 1.0))
     if spacing is None:
         return SurfaceMetrics(hd95_px, assd_px)
