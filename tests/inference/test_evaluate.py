@@ -160,14 +160,21 @@ def test_evaluate_without_spacing_has_pixel_columns_only(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    "option",
-    [["--pixel-spacing-mm", "0"], ["--pixel-spacing-mm", "1", "2", "3"], ["--gallery", "-1"]],
+    ("option", "message"),
+    [
+        (["--pixel-spacing-mm", "0"], "must be a positive number"),
+        (["--pixel-spacing-mm", "1", "2", "3"], "one value (isotropic) or two"),
+        (["--gallery", "-1"], "must be 0 or more"),
+    ],
 )
-def test_bad_evaluate_options_are_usage_errors(tmp_path: Path, option: list[str]) -> None:
+def test_bad_evaluate_options_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str], message: str
+) -> None:
     argv = ["evaluate", "--predictions", str(tmp_path), "--ground-truth", str(tmp_path)]
     with pytest.raises(SystemExit) as exit_info:
         run_cli([*argv, "--output", str(tmp_path / "r"), *option])
     assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_missing_and_mismatched_predictions_fail(tmp_path: Path) -> None:
