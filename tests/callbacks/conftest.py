@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from skinet.config import ExperimentConfig, parse_config
+from skinet.training.thresholds import ThresholdResult, find_best_threshold
 
 IMAGE_SIZE = 16
 BATCH_SIZE = 4
@@ -24,8 +25,8 @@ class TinySegModel(L.LightningModule):
     """A 1-conv "U-Net" on (B, 3, 16, 16) images with the LightningModel's logging contract.
 
     Logs ``train_/val_`` loss, Dice and IoU per epoch, sweeps thresholds at each validation
-    epoch end (``val_best_dice_at_threshold``) and sets ``threshold_curve`` and
-    ``threshold_used`` like ``skinet.training.LightningModel``.
+    epoch end (``val_best_dice_at_threshold``) with the reference ``find_best_threshold`` and
+    sets ``val_threshold_result`` and ``threshold_used`` like ``skinet.training.LightningModel``.
     """
 
     def __init__(
@@ -38,7 +39,7 @@ class TinySegModel(L.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.net = nn.Conv2d(3, 1, kernel_size=3, padding=1)
-        self.threshold_curve: dict[str, Any] | None = None
+        self.val_threshold_result: ThresholdResult | None = None
         self.threshold_used = 0.5 if fixed_threshold is None else fixed_threshold
         self._val_probs: list[torch.Tensor] = []
         self._val_masks: list[torch.Tensor] = []
@@ -76,24 +77,12 @@ class TinySegModel(L.LightningModule):
         probs, masks = torch.cat(self._val_probs), torch.cat(self._val_masks)
         self._val_probs.clear()
         self._val_masks.clear()
-        if self.hparams.fixed_threshold is not None:
-            self.threshold_curve = None
-            preds = probs >= self.threshold_used
-            dice = 2 * (preds * masks).sum() / (preds.sum() + masks.sum()).clamp_min(1e-6)
-            self.log("val_best_dice_at_threshold", dice)
-            return
-        thresholds = torch.linspace(1.0, 0.0, 51)
-        preds = (probs[None, :] >= thresholds[:, None]).float()
-        tp = (preds * masks).sum(1)
-        dice = 2 * tp / (preds.sum(1) + masks.sum()).clamp_min(1e-6)
-        best = int(torch.argmax(dice))
-        self.threshold_curve = {
-            "thresholds": thresholds.tolist(),
-            "dice": dice.tolist(),
-            "optimal_threshold": float(thresholds[best]),
-        }
-        self.threshold_used = float(thresholds[best])
-        self.log("val_best_dice_at_threshold", dice[best])
+        fixed = self.hparams.fixed_threshold
+        thresholds = None if fixed is None else torch.tensor([float(fixed)])
+        result = find_best_threshold(probs[None, None], masks[None, None] > 0.5, thresholds)
+        self.val_threshold_result = result
+        self.threshold_used = float(result.optimal_threshold)
+        self.log("val_best_dice_at_threshold", result.best_dice)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)

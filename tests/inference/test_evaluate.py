@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 from tests.inference.helpers import run_cli, write_mask
@@ -99,6 +100,83 @@ def test_evaluate_folders_cli(tmp_path: Path) -> None:
     assert (out / "jaccard_histogram.png").stat().st_size > 0
 
 
+def _square(col_shift: int = 0) -> np.ndarray:
+    mask = np.zeros((32, 32), np.uint8)
+    mask[10:20, 10 + col_shift : 20 + col_shift] = 1
+    return mask
+
+
+def test_evaluate_reports_surface_distances_and_a_gallery(tmp_path: Path) -> None:
+    """HD95/ASSD columns in px and mm (values of tests/inference/test_surface.py), the
+    empty-mask conventions, and the failure gallery of the worst images by Jaccard."""
+    preds, gts, out = tmp_path / "pred", tmp_path / "gt", tmp_path / "report"
+    preds.mkdir(), gts.mkdir()
+    empty = np.zeros((32, 32), np.uint8)
+    cases = {
+        "shifted": (_square(3), _square()),  # Jaccard 70 / 130
+        "exact": (_square(), _square()),
+        "both_empty": (empty, empty),
+        "missed": (empty, _square()),  # Jaccard 0, distances undefined
+    }
+    for name, (pred, gt) in cases.items():
+        write_mask(preds / f"{name}_mask.png", pred)
+        write_mask(gts / f"{name}_segmentation.png", gt)
+    argv = ["evaluate", "--predictions", str(preds), "--ground-truth", str(gts)]
+    argv += ["--output", str(out), "--pixel-spacing-mm", "0.5", "--gallery", "2"]
+    assert run_cli(argv) == 0
+
+    with (out / "per_image.csv").open() as handle:
+        rows = {row["id"]: row for row in csv.DictReader(handle)}
+    columns = ("hd95_px", "assd_px", "hd95_mm", "assd_mm")
+    assert [float(rows["shifted"][c]) for c in columns] == [3.0, 1.5, 1.5, 0.75]
+    assert [float(rows["exact"][c]) for c in columns] == [0.0] * 4
+    assert [float(rows["both_empty"][c]) for c in columns] == [0.0] * 4
+    assert all(rows["missed"][c] == "nan" for c in columns)
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pixel_spacing_mm"] == [0.5, 0.5]
+    assert summary["num_surface_undefined"] == 1 and summary["surface_undefined"] == ["missed"]
+    assert summary["mean_hd95_px"] == pytest.approx(1.0)  # (3 + 0 + 0) / 3, "missed" left out
+    assert summary["mean_assd_mm"] == pytest.approx(0.25)
+
+    gallery = out / "failure_gallery.png"
+    assert gallery.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert cv2.imread(str(gallery)).shape[1] > 400  # two tiles side by side
+
+
+def test_evaluate_without_spacing_has_pixel_columns_only(tmp_path: Path) -> None:
+    preds, gts, out = tmp_path / "pred", tmp_path / "gt", tmp_path / "report"
+    preds.mkdir(), gts.mkdir()
+    write_mask(preds / "a.png", _square(3))
+    write_mask(gts / "a.png", _square())
+    argv = ["evaluate", "--predictions", str(preds), "--ground-truth", str(gts)]
+    assert run_cli([*argv, "--output", str(out), "--gallery", "0"]) == 0
+    with (out / "per_image.csv").open() as handle:
+        (row,) = csv.DictReader(handle)
+    assert float(row["hd95_px"]) == 3.0 and "hd95_mm" not in row
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pixel_spacing_mm"] is None and "mean_hd95_mm" not in summary
+    assert not (out / "failure_gallery.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--pixel-spacing-mm", "0"], "must be a positive number"),
+        (["--pixel-spacing-mm", "1", "2", "3"], "one value (isotropic) or two"),
+        (["--gallery", "-1"], "must be 0 or more"),
+    ],
+)
+def test_bad_evaluate_options_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str], message: str
+) -> None:
+    argv = ["evaluate", "--predictions", str(tmp_path), "--ground-truth", str(tmp_path)]
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli([*argv, "--output", str(tmp_path / "r"), *option])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_missing_and_mismatched_predictions_fail(tmp_path: Path) -> None:
     preds, gts = tmp_path / "pred", tmp_path / "gt"
     preds.mkdir(), gts.mkdir()
@@ -126,3 +204,6 @@ def test_evaluate_checkpoint_on_a_split(
     with (out / "per_image.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert {(int(r["height"]), int(r["width"])) for r in rows} == {(64, 64)}  # original size
+    assert all(float(r["hd95_px"]) >= 0 or r["hd95_px"] == "nan" for r in rows)
+    # The default gallery: the 8 worst images, here all 4 of the split.
+    assert (out / "failure_gallery.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

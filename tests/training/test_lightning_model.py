@@ -99,7 +99,10 @@ def test_fit_logs_every_guide_metric(tiny_raw: dict[str, Any]) -> None:
     # The sweep's threshold is used from the next epoch on, and for the test.
     assert model.threshold_used == pytest.approx(optimal)
     assert float(trainer.callback_metrics["test_threshold_used"]) == pytest.approx(optimal)
-    assert model.threshold_curve is not None and len(model.threshold_curve["dice"]) == 51
+    result = model.val_threshold_result
+    assert result is not None and result.dice_per_threshold.shape == (51,)
+    assert float(result.optimal_threshold) == pytest.approx(optimal)
+    assert result.thresholds.device.type == "cpu"
 
 
 def test_fixed_threshold_is_echoed(tiny_raw: dict[str, Any]) -> None:

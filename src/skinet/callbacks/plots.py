@@ -1,54 +1,89 @@
-"""Learning curves, Dice-vs-threshold and prediction overlays written at the end of ``fit``."""
+"""Learning curves, Dice-vs-threshold and the worst validation predictions, written at fit end.
+
+This callback only gathers the data (per-epoch metrics, learning rates, each epoch's threshold
+sweep, the best checkpoint's predictions); the drawing is :mod:`skinet.plotting`.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
+from torch.utils.data import DataLoader, SequentialSampler
 
-from skinet.callbacks.mlflow_artifacts import mlflow_loggers
+from skinet.callbacks.mlflow_artifacts import best_checkpoint, mlflow_loggers
+from skinet.data.dataset import SegmentationDataset
 from skinet.keys import MetricsKey
+from skinet.plotting import (
+    CURVES,
+    plot_learning_curves,
+    plot_overlay_grid,
+    plot_threshold_curve,
+    save_figure,
+    to_display_image,
+)
+from skinet.training.thresholds import ThresholdResult
 
 log = logging.getLogger(__name__)
 
-# (panel title, y label, train key, val key)
-CURVES = (
-    ("Loss", "loss", MetricsKey.TRAIN_LOSS, MetricsKey.VAL_LOSS),
-    ("Dice", "Dice", MetricsKey.TRAIN_DICE, MetricsKey.VAL_DICE),
-    ("IoU", "IoU", MetricsKey.TRAIN_IOU, MetricsKey.VAL_IOU),
-)
 LEARNING_CURVES_PNG = "learning_curves.png"
 THRESHOLD_PNG = "dice_vs_threshold.png"
 PREDICTIONS_PNG = "val_predictions.png"
 
 
+@runtime_checkable
+class ThresholdedModule(Protocol):
+    """What the plots read from a LightningModule (``skinet.training.LightningModel`` has it)."""
+
+    threshold_used: float
+    """Threshold applied to the predictions; after a validation epoch, the one it chose."""
+    val_threshold_result: ThresholdResult | None
+    """The last validation sweep."""
+
+
+class ScoredImage(NamedTuple):
+    """One validation image of the failure grid."""
+
+    jaccard: float
+    dice: float
+    position: int
+    image: np.ndarray
+    mask: np.ndarray
+    pred: np.ndarray
+
+
 class TrainingPlotsCallback(Callback):
     """Write training plots to ``plot_dir`` at fit end; log them as MLflow artifacts (``plots/``).
 
-    - ``learning_curves.png``: train/val loss, Dice and IoU per epoch, read from
-      ``trainer.callback_metrics`` after each epoch;
-    - ``dice_vs_threshold.png``: the last validation sweep, ``pl_module.threshold_curve``
-      (``{"thresholds", "dice", "optimal_threshold"}``), with the chosen threshold marked;
-      with a fixed threshold (curve ``None``) only that threshold is shown;
-    - ``val_predictions.png``: the first ``num_images`` validation images with ground-truth
-      (green) and predicted (red) contours, predicted at ``pl_module.threshold_used``.
+    The *reported epoch* is the best checkpoint's (the first ``ModelCheckpoint``'s
+    ``best_model_path``); without a checkpoint it is the last validated epoch.
+
+    - ``learning_curves.png``: train/val loss, Dice and IoU per epoch and the learning rate
+      (first parameter group) per epoch, with the best checkpoint's epoch marked;
+    - ``dice_vs_threshold.png``: the validation threshold sweep of the reported epoch
+      (``pl_module.val_threshold_result``), with the chosen threshold marked; with a fixed
+      threshold only that threshold and its Dice;
+    - ``val_predictions.png``: the ``num_images`` validation images with the lowest Jaccard under
+      the reported epoch's weights and threshold, with ground-truth (green) and predicted (red)
+      contours and their Jaccard and Dice.
 
     Args:
         plot_dir: Output folder, usually ``<run_dir>/plots``.
         mean: Per-channel mean used to normalise the images; ``None`` rescales each image
-            to [0, 1] for display (``image_per_channel`` normalisation).
+            to [0, 1] for display (``image_per_channel`` normalisation). Only used when the
+            validation set is not a :class:`~skinet.data.dataset.SegmentationDataset`, whose raw
+            images are shown instead.
         std: Per-channel standard deviation matching ``mean``.
-        num_images: Validation images in the overlay grid.
+        num_images: Validation images in the failure grid.
     """
 
     def __init__(
@@ -60,13 +95,23 @@ class TrainingPlotsCallback(Callback):
     ) -> None:
         if (mean is None) != (std is None):
             raise ValueError("mean and std must be given together")
+        if num_images < 1:
+            raise ValueError(f"num_images must be at least 1, got {num_images}")
         self.plot_dir = Path(plot_dir)
         self.mean = mean
         self.std = std
         self.num_images = num_images
         self.history: dict[str, dict[int, float]] = defaultdict(dict)
-        self.threshold_curve: dict[str, Any] | None = None
-        self.threshold_used: float | None = None
+        self.learning_rates: dict[int, float] = {}
+        self.threshold_results: dict[int, ThresholdResult] = {}
+        self.thresholds_used: dict[int, float] = {}
+        self.reported_epoch: int | None = None
+        self.from_checkpoint = False
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.optimizers:
+            lr = trainer.optimizers[0].param_groups[0]["lr"]
+            self.learning_rates[trainer.current_epoch] = float(lr)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
@@ -74,8 +119,11 @@ class TrainingPlotsCallback(Callback):
         self._record(
             trainer, [val for _, _, _, val in CURVES] + [MetricsKey.VAL_BEST_DICE_AT_THRESHOLD]
         )
-        self.threshold_curve = getattr(pl_module, "threshold_curve", None)
-        self.threshold_used = _as_float(getattr(pl_module, "threshold_used", None))
+        if isinstance(pl_module, ThresholdedModule):
+            epoch = trainer.current_epoch
+            self.thresholds_used[epoch] = float(pl_module.threshold_used)
+            if pl_module.val_threshold_result is not None:
+                self.threshold_results[epoch] = pl_module.val_threshold_result
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Epoch-level train metrics are in callback_metrics here (they are reduced on access).
@@ -92,189 +140,179 @@ class TrainingPlotsCallback(Callback):
 
     @rank_zero_only
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.plot_dir.mkdir(parents=True, exist_ok=True)
-        written = []
-        for name, make in (
+        best_state = self._load_best_checkpoint(trainer)
+        validated = sorted(self.thresholds_used) or sorted(self.threshold_results)
+        if self.reported_epoch is None and validated:
+            self.reported_epoch = validated[-1]
+        makers: tuple[tuple[str, Callable[[], Figure | None]], ...] = (
             (LEARNING_CURVES_PNG, self.plot_learning_curves),
             (THRESHOLD_PNG, self.plot_threshold_curve),
-            (PREDICTIONS_PNG, lambda: self.plot_predictions(trainer, pl_module)),
-        ):
+            (PREDICTIONS_PNG, lambda: self.plot_predictions(trainer, pl_module, best_state)),
+        )
+        written = []
+        for name, make in makers:
             try:
                 figure = make()
             except Exception as exc:  # noqa: BLE001 - a plot must never fail a finished run
                 log.warning("could not draw %s: %s", name, exc)
                 continue
             if figure is not None:
-                path = self.plot_dir / name
-                figure.savefig(path, dpi=120)
-                written.append(path)
+                written.append(save_figure(figure, self.plot_dir / name))
         for logger in mlflow_loggers(trainer):
             for path in written:
                 logger.experiment.log_artifact(logger.run_id, str(path), "plots")
 
-    def plot_learning_curves(self) -> Figure | None:
-        """Train/val loss, Dice and IoU against epoch; ``None`` before any epoch finished."""
-        if not any(self.history.values()):
+    def _load_best_checkpoint(self, trainer: L.Trainer) -> dict[str, torch.Tensor] | None:
+        """The best checkpoint's weights; sets :attr:`reported_epoch` to its epoch.
+
+        Only a checkpoint that monitors a metric has a best; one without (Lightning's default)
+        keeps the latest, which is the last epoch anyway.
+        """
+        callback = trainer.checkpoint_callback
+        path = best_checkpoint(trainer)
+        if path is None or not isinstance(callback, ModelCheckpoint) or callback.monitor is None:
             return None
-        figure = Figure(figsize=(15, 4.2), layout="constrained")
-        for ax, (title, ylabel, train_key, val_key) in zip(
-            figure.subplots(1, len(CURVES)), CURVES, strict=True
-        ):
-            for key, label, style in ((train_key, "train", "o-"), (val_key, "validation", "s-")):
-                points = sorted(self.history.get(key, {}).items())
-                if points:
-                    epochs, values = zip(*points, strict=True)
-                    ax.plot(epochs, values, style, label=f"{label} ({key})", markersize=4)
-            ax.set(title=title, xlabel="epoch", ylabel=ylabel)
-            ax.xaxis.get_major_locator().set_params(integer=True)
-            ax.grid(alpha=0.3)
-            if ax.lines:
-                ax.legend()
-        figure.suptitle("Learning curves")
-        return figure
+        try:
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - fall back to the last epoch's plots
+            log.warning("could not read the best checkpoint %s for the plots: %s", path, exc)
+            return None
+        self.reported_epoch = int(checkpoint["epoch"])
+        self.from_checkpoint = True
+        return checkpoint["state_dict"]
+
+    def _epoch_label(self) -> str:
+        where = "best checkpoint" if self.from_checkpoint else "last epoch"
+        return f"epoch {self.reported_epoch}, {where}"
+
+    def plot_learning_curves(self) -> Figure | None:
+        """Loss, Dice, IoU and learning rate per epoch; ``None`` before any epoch finished."""
+        return plot_learning_curves(
+            self.history,
+            best_epoch=self.reported_epoch if self.from_checkpoint else None,
+            learning_rates=self.learning_rates,
+            best_label=f"best checkpoint (epoch {self.reported_epoch})",
+        )
 
     def plot_threshold_curve(self) -> Figure | None:
-        """Dice against threshold of the last validation sweep; ``None`` with no information."""
-        curve, fixed = self.threshold_curve, self.threshold_used
-        if curve is None and fixed is None:
+        """Dice against threshold of the reported epoch; ``None`` without a sweep."""
+        if self.reported_epoch is None or self.reported_epoch not in self.threshold_results:
             return None
-        figure = Figure(figsize=(6.5, 4.5), layout="constrained")
-        ax = figure.subplots()
-        if curve is not None:
-            thresholds = np.asarray(curve["thresholds"], dtype=float)
-            dice = np.asarray(curve["dice"], dtype=float)
-            order = np.argsort(thresholds)
-            ax.plot(
-                thresholds[order], dice[order], "-", color="tab:blue", label="Dice (validation)"
-            )
-            best = float(curve["optimal_threshold"])
-            best_dice = float(np.interp(best, thresholds[order], dice[order]))
-            ax.axvline(best, color="tab:red", ls="--", label=f"optimal threshold {best:.2f}")
-            ax.plot([best], [best_dice], "o", color="tab:red", label=f"Dice {best_dice:.3f}")
-            ax.set_ylim(0.0, max(1.0, float(dice.max()) * 1.05))
-            ax.set_title("Validation Dice vs threshold (last epoch)")
-        elif fixed is not None:
-            ax.axvline(fixed, color="tab:red", ls="--", label=f"fixed threshold {fixed:.2f}")
-            last_dice = self.history.get(MetricsKey.VAL_BEST_DICE_AT_THRESHOLD, {})
-            if last_dice:
-                dice_at_fixed = last_dice[max(last_dice)]
-                ax.plot(
-                    [fixed],
-                    [dice_at_fixed],
-                    "o",
-                    color="tab:red",
-                    label=f"Dice {dice_at_fixed:.3f}",
-                )
-            ax.set_ylim(0.0, 1.0)
-            ax.set_title("Fixed threshold (no validation sweep)")
-        ax.set(xlim=(0.0, 1.0), xlabel="threshold on sigmoid probability", ylabel="Dice")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best")
-        return figure
+        result = self.threshold_results[self.reported_epoch]
+        kind = "Dice vs threshold" if result.thresholds.numel() > 1 else "Fixed threshold"
+        return plot_threshold_curve(result, f"Validation {kind} ({self._epoch_label()})")
 
     @torch.no_grad()
-    def plot_predictions(self, trainer: L.Trainer, pl_module: L.LightningModule) -> Figure | None:
-        """Validation images with ground-truth (green) and predicted (red) contours."""
-        images, masks = _first_batches(trainer.val_dataloaders, self.num_images)
-        if images is None or masks is None:
+    def plot_predictions(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        state_dict: dict[str, torch.Tensor] | None = None,
+    ) -> Figure | None:
+        """The worst validation images by Jaccard under ``state_dict`` (else current) weights."""
+        loader = _validation_loader(trainer)
+        if loader is None:
             return None
-        threshold = _as_float(getattr(pl_module, "threshold_used", None))
-        threshold = 0.5 if threshold is None else threshold
+        threshold = self.thresholds_used.get(
+            -1 if self.reported_epoch is None else self.reported_epoch
+        )
+        if threshold is None:
+            threshold = (
+                float(pl_module.threshold_used) if isinstance(pl_module, ThresholdedModule) else 0.5
+            )
+        current = None
+        if state_dict is not None:
+            current = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+            pl_module.load_state_dict(state_dict)
         was_training = pl_module.training
         pl_module.eval()
         try:
+            worst = self._worst_images(trainer, pl_module, loader, threshold)
+        finally:
+            pl_module.train(was_training)
+            if current is not None:
+                pl_module.load_state_dict(current)
+        if not worst:
+            return None
+        dataset = loader.dataset
+        named = isinstance(dataset, SegmentationDataset) and isinstance(
+            loader.sampler, SequentialSampler
+        )
+        titles = [
+            f"{dataset.samples[s.position].id if named else f'val #{s.position}'}\n"  # type: ignore[attr-defined]
+            f"Jaccard {s.jaccard:.3f}  Dice {s.dice:.3f}"
+            for s in worst
+        ]
+        return plot_overlay_grid(
+            [s.image for s in worst],
+            [s.mask for s in worst],
+            [s.pred for s in worst],
+            titles,
+            f"{len(worst)} worst validation images by Jaccard ({self._epoch_label()})",
+            threshold=threshold,
+        )
+
+    def _worst_images(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        loader: DataLoader,
+        threshold: float,
+    ) -> list[ScoredImage]:
+        dataset = loader.dataset
+        raw = isinstance(dataset, SegmentationDataset) and isinstance(
+            loader.sampler, SequentialSampler
+        )
+        worst: list[ScoredImage] = []
+        seen = 0
+        for batch in loader:
+            images, masks = batch[0], batch[1]
             inputs = trainer.precision_plugin.convert_input(images.to(pl_module.device))
             with trainer.precision_plugin.forward_context():
                 logits = pl_module(inputs)
-        finally:
-            pl_module.train(was_training)
-        preds = (torch.sigmoid(logits.float()) >= threshold).cpu().numpy().reshape(masks.shape)
-        return self._overlay_grid(images, masks.numpy() > 0.5, preds, threshold)
-
-    def _overlay_grid(
-        self, images: torch.Tensor, masks: np.ndarray, preds: np.ndarray, threshold: float
-    ) -> Figure:
-        count = images.shape[0]
-        cols = min(4, count)
-        rows = -(-count // cols)
-        figure = Figure(figsize=(3.2 * cols, 3.4 * rows + 0.6), layout="constrained")
-        axes = np.atleast_1d(figure.subplots(rows, cols, squeeze=False)).ravel()
-        for i, ax in enumerate(axes):
-            ax.set_axis_off()
-            if i >= count:
-                continue
-            ax.imshow(self._displayable(images[i]), interpolation="nearest")
-            mask, pred = masks[i].reshape(masks.shape[-2:]), preds[i].reshape(preds.shape[-2:])
-            # Ground truth drawn wide and solid, prediction dashed on top: both stay visible
-            # where they coincide.
-            for region, color, width, style in (
-                (mask, "lime", 3.0, "solid"),
-                (pred, "red", 1.5, "dashed"),
-            ):
-                if region.any():
-                    # Zero padding closes contours that touch (or fill) the image border.
-                    height, width_px = region.shape
-                    ax.contour(
-                        np.arange(-1, width_px + 1),
-                        np.arange(-1, height + 1),
-                        np.pad(region.astype(float), 1),
-                        levels=[0.5],
-                        colors=color,
-                        linewidths=width,
-                        linestyles=style,
+            preds = (torch.sigmoid(logits.float()) >= threshold).flatten(1).cpu()
+            targets = (masks > 0.5).flatten(1).cpu()
+            tp = (preds & targets).sum(1)
+            union = (preds | targets).sum(1)
+            total = preds.sum(1) + targets.sum(1)
+            # Both empty scores 1, as in the threshold sweep and ``skinet evaluate``.
+            jaccard = torch.where(union == 0, 1.0, tp / union.clamp_min(1))
+            dice = torch.where(total == 0, 1.0, 2 * tp / total.clamp_min(1))
+            shape = masks.shape[-2:]
+            for i in torch.argsort(jaccard, stable=True)[: self.num_images].tolist():
+                if raw:
+                    image = dataset.load_raw(seen + i)[0]  # type: ignore[attr-defined]
+                else:
+                    image = to_display_image(images[i].float().cpu().numpy(), self.mean, self.std)
+                worst.append(
+                    ScoredImage(
+                        float(jaccard[i]),
+                        float(dice[i]),
+                        seen + i,
+                        image,
+                        targets[i].reshape(shape).numpy(),
+                        preds[i].reshape(shape).numpy(),
                     )
-            ax.set(xlim=(-0.5, mask.shape[1] - 0.5), ylim=(mask.shape[0] - 0.5, -0.5))
-            ax.set_title(f"val #{i}  Dice {_dice(pred, mask):.3f}", fontsize=10)
-        handles = [
-            Line2D([], [], color="lime", lw=3, label="ground truth"),
-            Line2D(
-                [], [], color="red", lw=1.5, ls="--", label=f"prediction (p >= {threshold:.2f})"
-            ),
-        ]
-        figure.legend(handles=handles, loc="outside lower center", ncols=2)
-        figure.suptitle("Validation predictions")
-        return figure
-
-    def _displayable(self, image: torch.Tensor) -> np.ndarray:
-        """(C, H, W) normalised tensor -> (H, W, 3) array on [0, 1]."""
-        array = image.float().cpu().numpy()
-        if self.mean is not None and self.std is not None and len(self.mean) == array.shape[0]:
-            std = np.asarray(self.std, dtype=np.float32)[:, None, None]
-            array = array * std + np.asarray(self.mean, dtype=np.float32)[:, None, None]
-        else:
-            low, high = float(array.min()), float(array.max())
-            array = (array - low) / (high - low) if high > low else np.zeros_like(array)
-        array = np.clip(array, 0.0, 1.0).transpose(1, 2, 0)
-        return np.repeat(array, 3, axis=2) if array.shape[2] == 1 else array[..., :3]
+                )
+            worst = sorted(worst, key=lambda s: (s.jaccard, s.position))[: self.num_images]
+            seen += images.shape[0]
+        return worst
 
 
-def _first_batches(loaders: Any, limit: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Up to ``limit`` (images, masks) from the first validation loader."""
+def _validation_loader(trainer: L.Trainer) -> DataLoader | None:
+    """The first validation loader; under DDP a plain one over its whole dataset."""
+    loaders: Any = trainer.val_dataloaders
     if isinstance(loaders, list | tuple):
         loaders = loaders[0] if loaders else None
     elif isinstance(loaders, dict):
         loaders = next(iter(loaders.values()), None)
-    if loaders is None:
-        return None, None
-    images, masks, count = [], [], 0
-    for batch in loaders:
-        batch_images, batch_masks = batch[0], batch[1]
-        images.append(batch_images)
-        masks.append(batch_masks)
-        count += batch_images.shape[0]
-        if count >= limit:
-            break
-    if not images:
-        return None, None
-    return torch.cat(images)[:limit], torch.cat(masks)[:limit].float()
-
-
-def _dice(pred: np.ndarray, mask: np.ndarray) -> float:
-    total = pred.sum() + mask.sum()
-    return 1.0 if total == 0 else float(2.0 * np.logical_and(pred, mask).sum() / total)
-
-
-def _as_float(value: Any) -> float | None:
-    if value is None:
+    if not isinstance(loaders, DataLoader):
         return None
-    return float(value.item() if hasattr(value, "item") else value)
+    if trainer.world_size > 1:
+        # Rank 0 alone draws: its distributed sampler would show only its shard.
+        return DataLoader(
+            loaders.dataset,
+            batch_size=loaders.batch_size,
+            collate_fn=loaders.collate_fn,
+        )
+    return loaders

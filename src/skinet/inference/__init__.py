@@ -14,6 +14,7 @@ from skinet.inference.metrics import (
 )
 from skinet.inference.postprocess import fill_holes, keep_largest_component, postprocess_mask
 from skinet.inference.predictor import Predictor, resolve_device
+from skinet.inference.surface import SurfaceMetrics, compute_surface_metrics
 from skinet.inference.tta import predict_probs
 
 __all__ = [
@@ -22,8 +23,10 @@ __all__ = [
     "MaskMetrics",
     "Predictor",
     "SkinetCheckpoint",
+    "SurfaceMetrics",
     "build_model",
     "compute_mask_metrics",
+    "compute_surface_metrics",
     "fill_holes",
     "keep_largest_component",
     "load_checkpoint",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,12 +87,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.predictions is not None or args.ground_truth is not None:
         if args.predictions is None or args.ground_truth is None or args.checkpoint is not None:
             raise UsageError("use --predictions with --ground-truth, or --checkpoint (not both)")
-        result = evaluate_mask_folders(args.predictions, args.ground_truth)
+        result = evaluate_mask_folders(
+            args.predictions, args.ground_truth, args.pixel_spacing_mm, args.gallery
+        )
     elif args.checkpoint is not None:
         predictor = _build_predictor(args)
         samples = select_samples(predictor.config, args.data, args.dataset, args.split)
         log.info("evaluating %d image(s) of split %r", len(samples), args.split)
-        result = evaluate_predictor(predictor, samples)
+        result = evaluate_predictor(
+            predictor,
+            samples,
+            pixel_spacing_mm=args.pixel_spacing_mm,
+            gallery_size=args.gallery,
+        )
         result.info.update(
             checkpoint=str(args.checkpoint),
             split=args.split,
@@ -167,8 +175,43 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table = Table(title=f"{summary.get('num_images', 0)} images", show_header=False)
     for key, value in summary.items():
         if key.startswith(("mean_", "median_", "pooled_")):
-            table.add_row(key, f"{value:.4f}")
+            table.add_row(key, "undefined" if value is None else f"{value:.4f}")
+    if summary.get("num_surface_undefined"):
+        table.add_row(
+            "images without HD95/ASSD (one mask empty)", str(summary["num_surface_undefined"])
+        )
     Console().print(table)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
+
+
+class _OneOrTwoValues(argparse.Action):
+    """``--pixel-spacing-mm S`` (isotropic) or ``--pixel-spacing-mm ROW COL``."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, *_: Any
+    ) -> None:
+        if len(values) > 2:
+            parser.error(f"{self.option_strings[0]} takes one value (isotropic) or two (row, col)")
+        setattr(namespace, self.dest, values)
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -231,6 +274,21 @@ def add_inference_subcommands(subparsers: Any) -> None:
     evaluate.add_argument("--predictions", type=Path, help="folder of predicted masks")
     evaluate.add_argument("--ground-truth", type=Path, help="folder of ground-truth masks")
     evaluate.add_argument("--output", required=True, type=Path, help="folder for the reports")
+    evaluate.add_argument(
+        "--pixel-spacing-mm",
+        nargs="+",
+        type=_positive_float,
+        action=_OneOrTwoValues,
+        metavar="MM",
+        help="millimetres per pixel (one value, or row and column): adds hd95_mm and assd_mm",
+    )
+    evaluate.add_argument(
+        "--gallery",
+        type=_non_negative_int,
+        default=8,
+        metavar="N",
+        help="draw the N worst images by Jaccard to failure_gallery.png (0: none; default 8)",
+    )
     _add_model_options(evaluate)
 
     robustness = subparsers.add_parser(

@@ -1,7 +1,8 @@
 """Evaluating a checkpoint on a dataset split, or a folder of predicted masks, per image.
 
 Outputs of :func:`write_evaluation`: ``per_image.csv`` (one row per image), ``summary.json``
-(means, spread, failures) and ``jaccard_histogram.png``.
+(means, spread, failures), ``jaccard_histogram.png`` and, when asked, ``failure_gallery.png``
+(the worst images by Jaccard with their contours).
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from skinet.data.errors import DatasetError
 from skinet.data.io import DecodeError, read_image, read_mask
 from skinet.data.layouts import MASK_SUFFIXES, Sample, assign_splits, read_layout
 from skinet.data.loaders import resolve_root
+from skinet.inference.gallery import GALLERY_FILE, FailureGallery
 from skinet.inference.metrics import (
     ISIC2018_JACCARD_CUTOFF,
     MaskMetrics,
@@ -28,6 +31,14 @@ from skinet.inference.metrics import (
     summarize_metrics,
 )
 from skinet.inference.predictor import Predictor
+from skinet.inference.surface import (
+    SurfaceMetrics,
+    check_spacing,
+    compute_surface_metrics,
+    summarize_surface_metrics,
+)
+from skinet.plotting import plot_jaccard_histogram as draw_jaccard_histogram
+from skinet.plotting import save_figure
 
 log = logging.getLogger(__name__)
 
@@ -43,19 +54,38 @@ SPLIT_CHOICES = ("test", "val", "train", "all")
 
 @dataclass
 class EvaluationResult:
-    """Per-image metrics by image ID, their summary and the images that could not be scored."""
+    """Per-image metrics by image ID, their summary and the images that could not be scored.
+
+    Attributes:
+        metrics: Overlap metrics (confusion counts) per image.
+        surface: HD95 and ASSD per image (:mod:`skinet.inference.surface`).
+        sizes: ``(height, width)`` per image.
+        failures: Images that could not be scored, with the reason.
+        info: What was evaluated (checkpoint, split, options), copied into the summary.
+        spacing_mm: ``(row, column)`` millimetres per pixel; adds the ``*_mm`` distances.
+        gallery: The worst images kept for ``failure_gallery.png``; ``None`` for no gallery.
+    """
 
     metrics: dict[str, MaskMetrics] = field(default_factory=dict)
+    surface: dict[str, SurfaceMetrics] = field(default_factory=dict)
     sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    spacing_mm: tuple[float, float] | None = None
+    gallery: FailureGallery | None = None
 
     @property
     def summary(self) -> dict[str, Any]:
-        """:func:`summarize_metrics` plus failures and what was evaluated."""
+        """Overlap and surface-distance summaries plus failures and what was evaluated."""
+        undefined = sorted(image_id for image_id, m in self.surface.items() if not m.defined)
         return {
             **summarize_metrics(list(self.metrics.values())),
             "jaccard_cutoff": ISIC2018_JACCARD_CUTOFF,
+            **summarize_surface_metrics(
+                list(self.surface.values()), with_mm=self.spacing_mm is not None
+            ),
+            "surface_undefined": undefined,
+            "pixel_spacing_mm": None if self.spacing_mm is None else list(self.spacing_mm),
             "num_failed": len(self.failures),
             "failures": dict(self.failures),
             **self.info,
@@ -95,19 +125,42 @@ def select_samples(
     return samples
 
 
-def evaluate_predictor(
-    predictor: Predictor, samples: Sequence[Sample], progress: bool = True
+def _new_result(
+    pixel_spacing_mm: float | Sequence[float] | None, gallery_size: int, **info: Any
 ) -> EvaluationResult:
-    """Predict every sample at its original resolution and score it against its mask."""
+    return EvaluationResult(
+        info=info,
+        spacing_mm=check_spacing(pixel_spacing_mm),
+        gallery=FailureGallery(gallery_size) if gallery_size > 0 else None,
+    )
+
+
+def evaluate_predictor(
+    predictor: Predictor,
+    samples: Sequence[Sample],
+    progress: bool = True,
+    pixel_spacing_mm: float | Sequence[float] | None = None,
+    gallery_size: int = 0,
+) -> EvaluationResult:
+    """Predict every sample at its original resolution and score it against its mask.
+
+    Args:
+        predictor: The model and its post-processing.
+        samples: Image/mask pairs (e.g. from :func:`select_samples`).
+        progress: Show a progress bar.
+        pixel_spacing_mm: Millimetres per pixel (isotropic, or ``(row, column)``) for the
+            ``hd95_mm``/``assd_mm`` columns.
+        gallery_size: Keep the this many worst images for ``failure_gallery.png`` (0: none).
+    """
     from rich.progress import MofNCompleteColumn, Progress
 
-    result = EvaluationResult()
+    result = _new_result(pixel_spacing_mm, gallery_size)
     batch: list[tuple[Sample, np.ndarray, np.ndarray]] = []
 
     def flush() -> None:
         masks = predictor.predict_batch([image for _, image, _ in batch])
-        for (sample, _, target), pred in zip(batch, masks, strict=True):
-            _score(result, sample.id, pred, target)
+        for (sample, image, target), pred in zip(batch, masks, strict=True):
+            _score(result, sample.id, pred, target, image)
         batch.clear()
 
     columns = (*Progress.get_default_columns()[:2], MofNCompleteColumn())
@@ -132,12 +185,24 @@ def evaluate_predictor(
     return result
 
 
-def _score(result: EvaluationResult, image_id: str, pred: np.ndarray, target: np.ndarray) -> None:
+def _score(
+    result: EvaluationResult,
+    image_id: str,
+    pred: np.ndarray,
+    target: np.ndarray,
+    image: np.ndarray | None = None,
+) -> None:
     try:
-        result.metrics[image_id] = compute_mask_metrics(pred, target)
-        result.sizes[image_id] = (int(target.shape[0]), int(target.shape[1]))
+        metrics = compute_mask_metrics(pred, target)
+        surface = compute_surface_metrics(pred, target, result.spacing_mm)
     except ValueError as error:
         _fail(result, image_id, str(error))
+        return
+    result.metrics[image_id] = metrics
+    result.surface[image_id] = surface
+    result.sizes[image_id] = (int(target.shape[0]), int(target.shape[1]))
+    if result.gallery is not None:
+        result.gallery.offer(image_id, metrics, surface, pred, target, image)
 
 
 def _fail(result: EvaluationResult, image_id: str, message: str) -> None:
@@ -175,12 +240,19 @@ def index_masks(folder: Path) -> dict[str, Path]:
     return masks
 
 
-def evaluate_mask_folders(predictions: Path, ground_truth: Path) -> EvaluationResult:
+def evaluate_mask_folders(
+    predictions: Path,
+    ground_truth: Path,
+    pixel_spacing_mm: float | Sequence[float] | None = None,
+    gallery_size: int = 0,
+) -> EvaluationResult:
     """Score predicted masks against ground-truth masks, paired by image ID.
 
     IDs are file stems without ``_mask``/``_segmentation``/... (:data:`ID_SUFFIXES`), so
     ``ISIC_1_mask.png`` pairs with ``ISIC_1_segmentation.png``. A ground truth without a
     prediction is a failure; a prediction without a ground truth is only warned about.
+    ``pixel_spacing_mm`` and ``gallery_size`` as in :func:`evaluate_predictor` (the gallery
+    draws the contours on a dark canvas: there are no images here).
     """
     preds, targets = index_masks(predictions), index_masks(ground_truth)
     if not targets:
@@ -195,8 +267,11 @@ def evaluate_mask_folders(predictions: Path, ground_truth: Path) -> EvaluationRe
     extra = sorted(set(preds) - set(targets))
     if extra:
         log.warning("%d prediction(s) without ground truth ignored: %s", len(extra), extra[:5])
-    result = EvaluationResult(
-        info={"predictions": str(predictions), "ground_truth": str(ground_truth)}
+    result = _new_result(
+        pixel_spacing_mm,
+        gallery_size,
+        predictions=str(predictions),
+        ground_truth=str(ground_truth),
     )
     for image_id, target_path in targets.items():
         if image_id not in preds:
@@ -212,17 +287,26 @@ def evaluate_mask_folders(predictions: Path, ground_truth: Path) -> EvaluationRe
 
 
 def write_evaluation(result: EvaluationResult, output_dir: Path) -> dict[str, Path]:
-    """Write ``per_image.csv``, ``summary.json`` and the Jaccard histogram; return their paths."""
+    """Write ``per_image.csv``, ``summary.json``, the Jaccard histogram and the gallery.
+
+    Undefined distances (one mask empty) are ``nan`` in the CSV and left out of the means;
+    ``summary.json`` holds no NaN (a mean over no image is ``null``).
+
+    Returns:
+        The paths written by kind (``per_image``, ``summary``, ``histogram``, ``gallery``).
+    """
     output_dir.mkdir(parents=True, exist_ok=True)
     paths = {
         "per_image": output_dir / PER_IMAGE_FILE,
         "summary": output_dir / SUMMARY_FILE,
         "histogram": output_dir / HISTOGRAM_FILE,
     }
+    with_mm = result.spacing_mm is not None
     rows = [
         {
             "id": image_id,
             **metrics.as_row(),
+            **result.surface[image_id].as_row(with_mm),
             "height": result.sizes[image_id][0],
             "width": result.sizes[image_id][1],
         }
@@ -233,52 +317,22 @@ def write_evaluation(result: EvaluationResult, output_dir: Path) -> dict[str, Pa
         writer = csv.DictWriter(handle, fieldnames=fieldnames)
         writer.writeheader()
         writer.writerows(rows)
-    summary = result.summary
-    paths["summary"].write_text(json.dumps(summary, indent=2))
-    plot_jaccard_histogram([m.jaccard for m in result.metrics.values()], paths["histogram"])
+    summary = {k: None if _is_nan(v) else v for k, v in result.summary.items()}
+    paths["summary"].write_text(json.dumps(summary, indent=2, allow_nan=False))
+    jaccards = [m.jaccard for m in result.metrics.values()]
+    save_figure(draw_jaccard_histogram(jaccards, ISIC2018_JACCARD_CUTOFF), paths["histogram"])
+    if result.gallery is not None:
+        threshold = result.info.get("threshold")
+        written = result.gallery.write(output_dir / GALLERY_FILE, threshold)
+        if written is not None:
+            paths["gallery"] = written
     return paths
 
 
-def plot_jaccard_histogram(jaccards: Iterable[float], path: Path) -> None:
-    """Histogram of per-image Jaccard in 0.05 bins, with the mean and the 0.65 cutoff marked."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
-    values = np.asarray(list(jaccards), dtype=float)
-    figure = Figure(figsize=(7.5, 4.5), dpi=120)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    bins = np.linspace(0.0, 1.0, 21).tolist()
-    if values.size:
-        below = values < ISIC2018_JACCARD_CUTOFF
-        axes.hist(
-            [values[below], values[~below]],
-            bins=bins,
-            stacked=True,
-            color=["#d95f02", "#1b9e77"],
-            edgecolor="white",
-            label=[
-                f"below {ISIC2018_JACCARD_CUTOFF} ({below.sum()})",
-                f"at or above {ISIC2018_JACCARD_CUTOFF} ({(~below).sum()})",
-            ],
-        )
-        mean = float(values.mean())
-        thresholded = float(np.where(below, 0.0, values).mean())
-        axes.axvline(mean, color="black", linewidth=1.5, label=f"mean Jaccard {mean:.3f}")
-        axes.axvline(
-            ISIC2018_JACCARD_CUTOFF,
-            color="grey",
-            linestyle="--",
-            linewidth=1.2,
-            label=f"ISIC 2018 cutoff (thresholded Jaccard {thresholded:.3f})",
-        )
-        axes.legend(loc="best", fontsize=9, framealpha=0.9)
-    axes.set_xlim(0.0, 1.0)
-    axes.set_xticks(np.linspace(0.0, 1.0, 11))
-    axes.set_xlabel("Jaccard index per image")
-    axes.set_ylabel("images")
-    axes.set_title(f"Per-image Jaccard ({values.size} images)")
-    axes.grid(axis="y", alpha=0.3)
-    axes.spines[["top", "right"]].set_visible(False)
-    figure.tight_layout()
-    figure.savefig(path)
+
+def plot_jaccard_histogram(jaccards: Sequence[float], path: Path) -> None:
+    """Write the per-image Jaccard histogram (:func:`skinet.plotting.plot_jaccard_histogram`)."""
+    save_figure(draw_jaccard_histogram(list(jaccards), ISIC2018_JACCARD_CUTOFF), path)

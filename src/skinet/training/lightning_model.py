@@ -22,7 +22,7 @@ from skinet.keys import MetricsKey
 from skinet.models import UNet2D, compile_model, match_state_dict_keys
 from skinet.training.losses import build_loss
 from skinet.training.optim import build_lr_scheduler, build_optimizer
-from skinet.training.thresholds import ThresholdSweep
+from skinet.training.thresholds import ThresholdResult, ThresholdSweep
 
 
 def _tensor_debug_summary(tensor: Tensor) -> str:
@@ -105,7 +105,8 @@ class LightningModel(L.LightningModule):
         fixed = train_cfg.optimal_threshold
         self.threshold_used: float = DEFAULT_THRESHOLD if fixed is None else fixed
         self.optimal_threshold: float | None = fixed
-        self.threshold_curve: dict[str, Any] | None = None
+        # The last validation sweep (on the CPU), read by the training plots.
+        self.val_threshold_result: ThresholdResult | None = None
         # Inputs are already binary long tensors: skip torchmetrics' per-update torch.unique check.
         self.train_dice, self.val_dice, self.test_dice = (
             BinaryF1Score(validate_args=False) for _ in range(3)
@@ -190,12 +191,7 @@ class LightningModel(L.LightningModule):
         threshold_used = self.threshold_used
         if not self.trainer.sanity_checking:
             self.optimal_threshold = float(result.optimal_threshold)
-            self.threshold_curve = {
-                "thresholds": [float(t) for t in result.thresholds],
-                "dice": [float(d) for d in result.dice_per_threshold],
-                "optimal_threshold": self.optimal_threshold,
-                "swept": self.cfg.train.optimal_threshold is None,
-            }
+            self.val_threshold_result = result.cpu()
             # The next epochs (and the test of this checkpoint) use the threshold found here.
             self.threshold_used = self.optimal_threshold
         self.log_dict(

@@ -67,6 +67,12 @@ class ThresholdResult:
         """The scalar fields by name, ready for ``self.log_dict`` under stage-specific keys."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _PER_THRESHOLD}
 
+    def cpu(self) -> ThresholdResult:
+        """A detached copy on the CPU (to keep after the epoch, e.g. for plots)."""
+        return ThresholdResult(
+            **{f.name: getattr(self, f.name).detach().cpu() for f in fields(self)}
+        )
+
 
 _PER_THRESHOLD = ("dice_per_threshold", "thresholds")
 
