@@ -3,7 +3,9 @@
 from skinet.config.arguments import (
     UsageError,
     add_config_arguments,
+    non_negative_int,
     parse_overrides,
+    positive_float,
     positive_int,
     probability,
 )
@@ -50,8 +52,10 @@ __all__ = [
     "add_config_arguments",
     "apply_override",
     "load_config",
+    "non_negative_int",
     "parse_config",
     "parse_overrides",
+    "positive_float",
     "positive_int",
     "probability",
     "resolve_accelerator",

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from skinet.config import UsageError, positive_int, probability
+from skinet.config import (
+    UsageError,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
 
 log = logging.getLogger("skinet")
 
@@ -183,26 +188,6 @@ def _print_summary(summary: dict[str, Any]) -> None:
     Console().print(table)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
-    return value
-
-
 class _OneOrTwoValues(argparse.Action):
     """``--pixel-spacing-mm S`` (isotropic) or ``--pixel-spacing-mm ROW COL``."""
 
@@ -277,14 +262,14 @@ def add_inference_subcommands(subparsers: Any) -> None:
     evaluate.add_argument(
         "--pixel-spacing-mm",
         nargs="+",
-        type=_positive_float,
+        type=positive_float,
         action=_OneOrTwoValues,
         metavar="MM",
         help="millimetres per pixel (one value, or row and column): adds hd95_mm and assd_mm",
     )
     evaluate.add_argument(
         "--gallery",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=8,
         metavar="N",
         help="draw the N worst images by Jaccard to failure_gallery.png (0: none; default 8)",
