@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -47,6 +48,19 @@ def _output_dir(raw: dict[str, Any]) -> Path:
 def _trials(raw: dict[str, Any], name: str = STUDY) -> list[optuna.trial.FrozenTrial]:
     storage = f"sqlite:///{_output_dir(raw) / 'optuna.db'}"
     return optuna.load_study(study_name=name, storage=storage).get_trials()
+
+
+def _running_trials(db: Path) -> int:
+    """Trials RUNNING in an Optuna SQLite file, read-only (no schema race with its writer)."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            row = conn.execute("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0  # not created yet
+    return int(row[0])
 
 
 def test_a_failed_point_fails_the_sweep_and_is_retried_on_restart(
@@ -106,15 +120,10 @@ def test_a_killed_point_retried_to_success_counts_once(
     )
     try:
         deadline = time.monotonic() + 120
-        running: list[Any] = []
+        running = 0
         while time.monotonic() < deadline and not running and worker.poll() is None:
             time.sleep(0.2)
-            if (output_dir / "optuna.db").exists():
-                try:
-                    running = _trials(raw, STUDY)
-                except KeyError:
-                    continue  # the study does not exist yet
-                running = [t for t in running if t.state == TrialState.RUNNING]
+            running = _running_trials(output_dir / "optuna.db")
         time.sleep(1.0)  # into the trial's training
     finally:
         worker.send_signal(signal.SIGKILL)

@@ -216,3 +216,15 @@ def test_killed_sweep_resumes_without_rerunning_finished_points(
     assert len(rerun_lrs) == 2 and complete[0].params["lr"] not in rerun_lrs
     assert len(result.completed) == 3
     assert not result.failed and result.finished  # the killed point was retried: it counts once
+
+
+def test_grid_plot_keeps_the_matplotlib_style(
+    tiny_raw: dict[str, Any], fake_trainer: FakeTrainer
+) -> None:
+    import matplotlib as mpl
+    from PIL import Image
+
+    style = dict(mpl.rcParams)
+    plot = _sweep(_no_mlflow(tiny_raw, lr=[1e-3, 2e-3]), fake_trainer).plot_path
+    assert dict(mpl.rcParams) == style  # Optuna's ggplot style does not leak into later plots
+    assert plot is not None and Image.open(plot).format == "PNG"

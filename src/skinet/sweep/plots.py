@@ -21,16 +21,17 @@ def plot_grid(study: optuna.Study, search_space: SearchSpace, monitor: str, path
     from optuna.visualization.matplotlib import plot_slice
 
     varied = [name for name, values in search_space.items() if len(values) > 1]
-    with warnings.catch_warnings():
+    # Optuna switches the global matplotlib style to ggplot; rc_context restores it afterwards.
+    with plt.rc_context(), warnings.catch_warnings():
         # plot_slice is experimental and warns when no trial has completed yet.
         warnings.simplefilter("ignore")
         axes = plot_slice(study, params=varied or list(search_space), target_name=monitor)
-    first = axes.flat[0] if isinstance(axes, np.ndarray) else axes
-    fig = first.get_figure(root=True)
-    if fig is None:
-        raise RuntimeError("plot_slice returned axes without a figure")
-    fig.suptitle(f"Optuna grid sweep {study.study_name}: {monitor} per parameter")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+        first = axes.flat[0] if isinstance(axes, np.ndarray) else axes
+        fig = first.get_figure(root=True)
+        if fig is None:
+            raise RuntimeError("plot_slice returned axes without a figure")
+        fig.suptitle(f"Optuna grid sweep {study.study_name}: {monitor} per parameter")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
     return path
