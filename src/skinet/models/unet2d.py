@@ -222,9 +222,8 @@ class UNet2D(nn.Module):
                 f">= stride**(number_of_layers - 1) = {self.size_multiple} (any size from there "
                 f"works; sizes that are not multiples of {self.size_multiple} are padded)"
             )
-        bottleneck = -(-height // self.size_multiple) * -(-width // self.size_multiple)
-        if self.norm == "instance" and bottleneck == 1:
-            # F.instance_norm raises on a single pixel; say which setting causes it.
+        if self.norm == "instance" and max(height, width) <= self.size_multiple:
+            # Padded, the bottleneck is then one pixel, which F.instance_norm refuses: say why.
             raise ValueError(
                 f"input size {height}x{width} gives a 1x1 bottleneck, which norm='instance' "
                 f"cannot normalise: use images larger than {self.size_multiple} pixels on one "

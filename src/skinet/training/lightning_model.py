@@ -62,11 +62,11 @@ def check_attention_upsample(payload: CheckpointPayload, cfg: ExperimentConfig) 
         CheckpointError: Naming the setting that continues it (format-1 checkpoints with
             ``attention_gate`` were trained with the bilinear gate).
     """
-    model_cfg = cfg.model
+    mode = cfg.model.attention_upsample
+    if cfg.model.merge_residual_mode != "attention_gate":
+        return
     trained = parse_config(payload.config, "checkpoint config").model.attention_upsample
-    if model_cfg.merge_residual_mode == "attention_gate" and trained != (
-        mode := model_cfg.attention_upsample
-    ):
+    if trained != mode:
         raise CheckpointError(
             f"the checkpoint's attention gate was trained with attention_upsample: {trained} "
             f"(checkpoint format {payload.format_version}) but this config builds it with "
