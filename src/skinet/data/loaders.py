@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,22 +127,22 @@ class EvalDistributedSampler(DistributedSampler):
     validation or test step synchronises across ranks (SkiNet's metrics sync at epoch end).
     """
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: SegmentationDataset) -> None:
         super().__init__(dataset, num_replicas=1, rank=0, shuffle=False)
+        self.size = len(dataset)
 
-    def _update_world(self) -> None:
+    def _indices(self) -> range:
         if dist.is_available() and dist.is_initialized():
             self.num_replicas, self.rank = dist.get_world_size(), dist.get_rank()
         else:
             self.num_replicas, self.rank = 1, 0
+        return range(self.rank, self.size, self.num_replicas)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        self._update_world()
-        return iter(range(self.rank, len(self.dataset), self.num_replicas))  # type: ignore[arg-type]
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._indices())
 
     def __len__(self) -> int:
-        self._update_world()
-        return len(range(self.rank, len(self.dataset), self.num_replicas))  # type: ignore[arg-type]
+        return len(self._indices())
 
 
 @dataclass
