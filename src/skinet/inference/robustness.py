@@ -250,6 +250,7 @@ def render_robustness_chart(rows: list[dict[str, Any]], title: str = "") -> byte
             f"{row['mean_jaccard']:.3f} ({-row['drop']:+.3f})",
             va="center",
             fontsize=8,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5},
         )
     axes.axvline(clean, color="black", linewidth=1.2, label=f"clean {clean:.3f}")
     axes.set_yticks(positions, [row["condition"] for row in shifted], fontsize=8)
