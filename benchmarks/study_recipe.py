@@ -304,9 +304,14 @@ def markdown_table(cells: dict[str, dict[str, Any]]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The script's options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", required=True, type=Path, help="folder of runs and results")
+    parser.add_argument("--output", type=Path, help="folder of runs and results (required)")
     parser.add_argument("--data-dir", type=Path, help="the ISIC 2017 folder (official layout)")
-    parser.add_argument("--base-config", type=Path, default=REPO / "configs" / "main_config.yaml")
+    parser.add_argument(
+        "--base-config",
+        type=Path,
+        default=REPO / "configs" / "main_config.yaml",
+        help="the config every candidate starts from (default configs/main_config.yaml)",
+    )
     parser.add_argument(
         "--budget",
         type=check_budget,
@@ -321,9 +326,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", default="1,2", help="comma-separated TRAIN_CONFIG.seed values")
     parser.add_argument("--image-size", type=int, default=128, help="DATA_CONFIG.image_size")
     parser.add_argument("--device", default="auto", help="device of skinet robustness")
-    parser.add_argument("--robust-transforms", type=Path, default=ROBUST_TRANSFORMS)
     parser.add_argument(
-        "--define", action="append", default=[], metavar="NAME=SECTION.KEY=VALUE[;...]"
+        "--robust-transforms",
+        type=Path,
+        default=ROBUST_TRANSFORMS,
+        help=f"TRANSFORM_CONFIG of the {ROBUST} option (default configs/transforms_robust.yaml)",
+    )
+    parser.add_argument(
+        "--define",
+        action="append",
+        default=[],
+        metavar="NAME=SECTION.KEY=VALUE[;...]",
+        help="add an option of your own (repeatable)",
     )
     parser.add_argument(
         "--set", action="append", metavar="SECTION.KEY=VALUE", help="override for every run"
@@ -342,6 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             shown = f"TRANSFORM_CONFIG of {args.robust_transforms}" if name == ROBUST else overrides
             print(f"{name}: {shown or 'the base config as it is'}")
         return 0
+    if args.output is None:
+        raise SystemExit("--output is required (the folder of runs and results)")
     args.output.mkdir(parents=True, exist_ok=True)
     cells = load_results(args.output)
     if args.table:

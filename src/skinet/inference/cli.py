@@ -288,9 +288,13 @@ def add_inference_subcommands(subparsers: Any) -> None:
         choices=("isic2017", "isic2018", "ph2", "folder", "synthetic"),
         help="layout of --data (default: the checkpoint's DATA_CONFIG.dataset)",
     )
-    robustness.add_argument("--split", default="test", choices=SPLIT_CHOICES)
+    robustness.add_argument(
+        "--split", default="test", choices=SPLIT_CHOICES, help="split to score (default test)"
+    )
     robustness.add_argument("--images", type=Path, help="folder of images (instead of a split)")
-    robustness.add_argument("--masks", type=Path, help="folder of their masks, paired by stem")
+    robustness.add_argument(
+        "--masks", type=Path, help="folder of their masks, paired by image ID as evaluate pairs"
+    )
     robustness.add_argument(
         "--shifts", help="comma-separated subset of the shifts (default: all of them)"
     )

@@ -157,8 +157,6 @@ def evaluate_under_shifts(
             except (DecodeError, OSError, ValueError) as error:
                 result.failures[sample.id] = str(error)
                 log.error("%s: %s", sample.id, error)
-                for per_image in result.metrics.values():
-                    per_image.pop(sample.id, None)
             bar.advance(task)
     return result
 
@@ -169,13 +167,25 @@ def _score_sample(
     image, mask = read_image(sample.image_path), read_mask(sample.mask_path)
     if image.shape[:2] != mask.shape:
         raise ValueError(f"image {image.shape[:2]} and mask {mask.shape} differ")
-    pairs = [(image, mask)]
-    for shift in result.shifts:
-        rng = shift_rng(result.seed, shift, sample.id)
-        pairs.append(apply_shift(shift, image, mask, input_size, rng))
-    preds = predictor.predict_batch([shifted for shifted, _ in pairs])
-    for condition, pred, (_, target) in zip(result.conditions, preds, pairs, strict=True):
-        result.metrics[condition][sample.id] = compute_mask_metrics(pred, target)
+    conditions: list[Shift | None] = [None, *result.shifts]
+    scores: dict[str, MaskMetrics] = {}
+    # A batch of conditions at a time: the shifted copies of a large image (a frame at 0.5 has
+    # 5x its pixels) are not all held at once.
+    for start in range(0, len(conditions), predictor.batch_size):
+        chunk = conditions[start : start + predictor.batch_size]
+        pairs = [
+            (image, mask)
+            if shift is None
+            else apply_shift(
+                shift, image, mask, input_size, shift_rng(result.seed, shift, sample.id)
+            )
+            for shift in chunk
+        ]
+        preds = predictor.predict_batch([shifted for shifted, _ in pairs])
+        for shift, pred, (_, target) in zip(chunk, preds, pairs, strict=True):
+            scores[CLEAN if shift is None else shift.key] = compute_mask_metrics(pred, target)
+    for condition, metrics in scores.items():
+        result.metrics[condition][sample.id] = metrics
 
 
 def _write_atomic(path: Path, data: str | bytes) -> None:
@@ -240,6 +250,7 @@ def render_robustness_chart(rows: list[dict[str, Any]], title: str = "") -> byte
             f"{row['mean_jaccard']:.3f} ({-row['drop']:+.3f})",
             va="center",
             fontsize=8,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5},
         )
     axes.axvline(clean, color="black", linewidth=1.2, label=f"clean {clean:.3f}")
     axes.set_yticks(positions, [row["condition"] for row in shifted], fontsize=8)
