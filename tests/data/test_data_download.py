@@ -144,3 +144,18 @@ def test_http_error_and_url_table(tmp_path: Path, server) -> None:
         urls[0]
         == "https://isic-challenge-data.s3.amazonaws.com/2018/ISIC2018_Task1-2_Training_Input.zip"
     )
+
+
+def test_cli_download_defaults_to_where_main_config_looks(
+    tmp_path: Path, server, monkeypatch
+) -> None:
+    from skinet.cli import main
+
+    base_url, www = server
+    _publish_isic2017(tmp_path, www)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["data", "download", "isic2017", "--base-url", base_url]) == 0
+    config = Path(__file__).resolve().parents[2] / "configs" / "main_config.yaml"
+    assert main(["data", "verify", "--config", str(config)]) == 0  # found in data/ISIC2017
