@@ -14,6 +14,7 @@ import yaml
 
 from skinet.config import ConfigError, ExperimentConfig, load_config
 from skinet.tracking import TrackingError
+from skinet.training.signals import RunInterrupted
 
 log = logging.getLogger("skinet")
 
@@ -133,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrackingError as error:
         log.error("%s", error)
         return 1
+    except RunInterrupted as error:
+        log.error("%s: the MLflow run is KILLED; continue with --resume last", error)
+        return error.exit_code
     except ValueError as error:
         # Data, resume and sweep problems are ValueErrors with a message meant for the user.
         if args.verbose:
