@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from skinet.config import ExperimentConfig
 
 log = logging.getLogger(__name__)
+
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 
 # MLFlowLogger.log_hyperparams cuts values at 250 characters; cut the same for comparisons.
 _MAX_PARAM_LENGTH = 250
@@ -43,6 +46,20 @@ class SkiNetMLFlowLogger(MLFlowLogger):
         super().__init__(*args, **kwargs)
         self.failed = False
         self.keep_open = False
+
+    @property
+    def experiment(self) -> Any:
+        # MLFlowLogger calls mlflow.set_tracking_uri, which also exports MLFLOW_TRACKING_URI:
+        # the next run in this process (another seed or trial, another output_dir) would then
+        # resolve its store to this one. Keep the environment as it was.
+        previous = os.environ.get(TRACKING_URI_ENV)
+        try:
+            return super().experiment
+        finally:
+            if previous is None:
+                os.environ.pop(TRACKING_URI_ENV, None)
+            else:
+                os.environ[TRACKING_URI_ENV] = previous
 
     @rank_zero_only
     def finalize(self, status: str = "success") -> None:

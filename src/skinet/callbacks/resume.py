@@ -145,6 +145,8 @@ class ResumeAwareLearningRateMonitor(LearningRateMonitor):
                     self._logged_steps.update(int(m.step) for m in history)
 
     def on_train_epoch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        if trainer.fit_loop.epoch_loop._batches_that_stepped in self._logged_steps:
-            return
-        super().on_train_epoch_start(trainer, *args, **kwargs)
+        if trainer.fit_loop.epoch_loop._batches_that_stepped not in self._logged_steps:
+            super().on_train_epoch_start(trainer, *args, **kwargs)
+        elif self.logging_interval != "step":
+            # Not logged again, but still put in trainer.callback_metrics as the parent does.
+            self._extract_stats(trainer, "epoch" if self.logging_interval is None else "any")

@@ -175,11 +175,15 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         self._augmentation_key[0] = epoch
         self._augmentation_key[1] = seed
 
+    @property
+    def augmentation_key(self) -> tuple[int, int] | None:
+        """The ``(epoch, seed)`` of :meth:`set_augmentation_epoch`, ``None`` before any call."""
+        key = self._augmentation_key
+        return None if key is None else (int(key[0]), int(key[1]))
+
     def _seed_for_epoch(self) -> None:
-        if self._augmentation_key is None or not hasattr(self.transform, "set_random_seed"):
-            return
-        key = (int(self._augmentation_key[0]), int(self._augmentation_key[1]))
-        if key == self._seeded_for:
+        key = self.augmentation_key
+        if key is None or key == self._seeded_for or not hasattr(self.transform, "set_random_seed"):
             return
         self._seeded_for = key
         info = get_worker_info()
