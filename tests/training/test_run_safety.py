@@ -35,6 +35,7 @@ def _env() -> dict[str, str]:
         and not k.startswith(("PL_", "MLFLOW_TRACKING_URI"))
     }
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO)])
+    env["COLUMNS"] = "500"  # one line per path in the printed summary
     return env
 
 
@@ -283,3 +284,29 @@ def test_resume_with_more_epochs_applies_the_current_schedule_and_records_it(
     assert params["TRAIN_CONFIG/max_epochs"] == "1"
     assert params["resume/1/TRAIN_CONFIG/max_epochs"] == "3"
     assert params["resume/1/TRAIN_CONFIG/early_stopping_config/patience"] == "7"
+
+
+def test_ddp_ranks_use_rank_zero_run_folder_and_write_nothing_of_their_own(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    config = _write(
+        tiny_raw, tmp_path / "c.yaml", max_epochs=1, strategy="ddp", devices=2, num_workers=0
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "skinet.cli", "train", "--config", str(config)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    entries = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    (run,) = _run_folders(tmp_path / "runs")
+    assert entries == sorted([run.name, "mlflow.db", "mlflow.db.lock", "mlartifacts"])
+    assert (run / "augmented_samples.png").is_file() and (run / "metrics.json").is_file()
+    # Both ranks print their summary: rank 1 reports rank 0's folder and MLflow run.
+    folders = [line for line in proc.stdout.splitlines() if line.startswith("run folder:")]
+    assert len(folders) == 2 and len(set(folders)) == 1 and folders[0].endswith(run.name)
+    run_ids = {line for line in proc.stdout.splitlines() if line.startswith("MLflow run id:")}
+    assert len(run_ids) == 1

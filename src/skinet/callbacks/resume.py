@@ -29,11 +29,11 @@ log = logging.getLogger(__name__)
 
 def collect_rng_states() -> dict[str, Any]:
     """The torch (CPU and, once initialised, CUDA), NumPy and Python RNG states as plain data."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()  # type: ignore[misc]
+    kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     states: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         # Plain lists and ints: the checkpoint stays loadable with torch.load(weights_only=True).
-        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+        "numpy": [kind, np.asarray(keys).tolist(), int(pos), int(has_gauss), float(gauss)],
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
