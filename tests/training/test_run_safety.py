@@ -217,16 +217,28 @@ def test_signal_marks_the_run_killed_and_leaves_a_resumable_checkpoint(
     assert _mlflow_run(config, checkpoint["skinet"]["mlflow_run_id"]).info.status == "FINISHED"
 
 
+def test_last_checkpoint_is_written_after_every_epoch(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    # No epoch saves a best checkpoint here, the extreme case of a monitor that stops
+    # improving: Lightning's own save_last then writes last.ckpt only when training ends.
+    tiny_raw["TRAIN_CONFIG"]["checkpoint_config"] = {"save_top_k": 0}
+    config = _write(tiny_raw, tmp_path / "c.yaml", max_epochs=3, use_mlflow_logger=False)
+    _kill_run(config, "on_validation_epoch_start", 2)
+    (run,) = _run_folders(tmp_path / "runs")
+    last = run / "checkpoints" / "last.ckpt"
+    assert last.is_file(), sorted(p.name for p in (run / "checkpoints").glob("*"))
+    assert torch.load(last, weights_only=True)["epoch"] == 1
+
+
 def test_killed_and_resumed_run_reproduces_the_uninterrupted_one(
     tiny_raw: dict[str, Any], tmp_path: Path
 ) -> None:
     # Workers matter here: each epoch's augmentations come from persistent worker processes
-    # that a resume starts afresh. A "min" checkpoint mode on a rising Dice keeps Lightning's
-    # own save_last from refreshing last.ckpt after the first epoch.
+    # that a resume starts afresh.
     tiny_raw["TRAIN_CONFIG"].update(
         {"max_epochs": 3, "use_early_stopping": False, "deterministic": True, "num_workers": 2}
     )
-    tiny_raw["TRAIN_CONFIG"]["checkpoint_config"] = {"mode": "min"}
     whole = _write(tiny_raw, tmp_path / "whole.yaml", output_dir=str(tmp_path / "whole"))
     assert main(["train", "--config", str(whole), "--no-visualize"]) == 0
     (uninterrupted,) = _run_folders(tmp_path / "whole")
