@@ -15,6 +15,7 @@ from skinet import __version__
 from skinet.config import ConfigError, ExperimentConfig, UsageError, load_config
 from skinet.config.arguments import add_config_arguments, parse_overrides
 from skinet.tracking import TrackingError
+from skinet.training.signals import RunInterrupted
 
 log = logging.getLogger("skinet")
 
@@ -146,6 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrackingError as error:
         log.error("%s", error)
         return 1
+    except RunInterrupted as error:
+        log.error("%s: the MLflow run is KILLED; continue with --resume last", error)
+        return error.exit_code
     except ValueError as error:
         # Data, resume and sweep problems are ValueErrors with a message meant for the user.
         if args.verbose:

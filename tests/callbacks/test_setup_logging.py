@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from skinet.callbacks import (
     MLflowTrainingArtifactsCallback,
+    ResumeAwareLearningRateMonitor,
     SkiNetMLFlowLogger,
     SystemMetricsThreadCallback,
     ThroughputCallback,
@@ -243,18 +244,32 @@ def test_callbacks_follow_config(tmp_path: Path, config_factory: Any, shared_sto
         ModelCheckpoint,
         MLflowTrainingArtifactsCallback,
         TrainingPlotsCallback,
-        LearningRateMonitor,
+        ResumeAwareLearningRateMonitor,
     } <= set(by_type)
+    assert isinstance(by_type[ResumeAwareLearningRateMonitor], LearningRateMonitor)
     stop = by_type[EarlyStopping]
     assert (stop.monitor, stop.mode, stop.patience) == ("val_best_dice_at_threshold", "max", 7)
     ckpt = by_type[ModelCheckpoint]
     assert ckpt.dirpath == str(tmp_path / "run" / "checkpoints")
-    assert (ckpt.monitor, ckpt.save_top_k, ckpt.save_last) == (
-        "val_best_dice_at_threshold",
-        2,
-        False,
-    )
+    assert (ckpt.monitor, ckpt.save_top_k) == ("val_best_dice_at_threshold", 2)
+    assert not ckpt.save_last
     assert by_type[SystemMetricsThreadCallback].interval_sec == 0.05
+    assert [c for c in callbacks if isinstance(c, ModelCheckpoint)] == [ckpt]
+
+
+def test_save_last_adds_an_unmonitored_checkpoint_every_epoch(
+    tmp_path: Path, config_factory: Any
+) -> None:
+    cfg = config_factory(use_mlflow_logger=False, checkpoint_config={"save_last": True})
+    _, callbacks = setup_logging_and_callbacks(cfg, tmp_path / "run", "run")
+    best, last = [c for c in callbacks if isinstance(c, ModelCheckpoint)]
+    assert best.monitor == "val_best_dice_at_threshold" and not best.save_last
+    assert (last.monitor, last.filename, last.save_top_k, last.every_n_epochs) == (
+        None,
+        "last",
+        1,
+        1,
+    )
 
 
 def test_everything_off_gives_no_logger(tmp_path: Path, config_factory: Any) -> None:

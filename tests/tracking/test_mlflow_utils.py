@@ -80,7 +80,8 @@ def test_sqlite_path() -> None:
 
 def test_make_run_name() -> None:
     name = make_run_name("isic_unet", 200)
-    assert re.fullmatch(r"isic_unet_seed200_\d{8}-\d{6}", name)
+    assert re.fullmatch(r"isic_unet_seed200_\d{8}-\d{6}-\d{3}-[0-9a-f]{6}", name)
+    assert make_run_name("isic_unet", 200) != name  # unique even within one millisecond
 
 
 def test_ensure_experiment_creates_reuses_and_restores(sqlite_uri: str, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from skinet.callbacks.mlflow_artifacts import (
     early_stopping_state,
 )
 from skinet.callbacks.plots import TrainingPlotsCallback
+from skinet.callbacks.resume import ResumeAwareLearningRateMonitor, ResumeStateCallback
 from skinet.callbacks.setup import (
     build_litlogger,
     build_mlflow_logger,
@@ -17,6 +18,8 @@ from skinet.callbacks.throughput import ThroughputCallback
 
 __all__ = [
     "MLflowTrainingArtifactsCallback",
+    "ResumeAwareLearningRateMonitor",
+    "ResumeStateCallback",
     "SkiNetMLFlowLogger",
     "SystemMetricsThreadCallback",
     "ThroughputCallback",

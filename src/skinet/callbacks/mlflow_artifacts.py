@@ -8,20 +8,28 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import yaml
+from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_summary import ModelSummary
+from mlflow.entities import Param
 
 if TYPE_CHECKING:
     from skinet.config import ExperimentConfig
 
 log = logging.getLogger(__name__)
+
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+
+# MLFlowLogger.log_hyperparams cuts values at 250 characters; cut the same for comparisons.
+_MAX_PARAM_LENGTH = 250
 
 
 class SkiNetMLFlowLogger(MLFlowLogger):
@@ -31,11 +39,30 @@ class SkiNetMLFlowLogger(MLFlowLogger):
     (e.g. from a ``trainer.test`` run after a caught failure) would reopen the run as
     ``FINISHED``. And if the store is unreachable while a failed run is finalised, the store
     error would replace the training error; it is logged as a warning instead.
+
+    While ``keep_open`` is true a successful ``finalize`` only lands the queued metrics: the
+    run stays ``RUNNING`` between ``fit`` and ``test`` (Lightning finalizes after each), so a
+    run killed before its test is not shown as ``FINISHED``. ``run_training`` closes it.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.failed = False
+        self.keep_open = False
+
+    @property
+    def experiment(self) -> Any:
+        # MLFlowLogger calls mlflow.set_tracking_uri, which also exports MLFLOW_TRACKING_URI:
+        # the next run in this process (another seed or trial, another output_dir) would then
+        # resolve its store to this one. Keep the environment as it was.
+        previous = os.environ.get(TRACKING_URI_ENV)
+        try:
+            return super().experiment
+        finally:
+            if previous is None:
+                os.environ.pop(TRACKING_URI_ENV, None)
+            else:
+                os.environ[TRACKING_URI_ENV] = previous
 
     @rank_zero_only
     def finalize(self, status: str = "success") -> None:
@@ -48,6 +75,8 @@ class SkiNetMLFlowLogger(MLFlowLogger):
 
             # Metrics are logged asynchronously (see build_mlflow_logger); land them first.
             mlflow.flush_async_logging()
+            if self.keep_open and not self.failed:
+                return
             super().finalize(status)
         except Exception as exc:
             if not self.failed:
@@ -73,10 +102,10 @@ class MLflowTrainingArtifactsCallback(Callback):
         loggers = mlflow_loggers(trainer)
         if not loggers:
             return
-        params = self.cfg.to_yaml_dict()
+        params = flatten_params(self.cfg.to_yaml_dict())
         summary = str(ModelSummary(pl_module, max_depth=-1))
         for logger in loggers:
-            logger.log_hyperparams(params)
+            log_params_once(logger, params)
             if self.cfg.train.mlflow_config.log_model_summary:
                 logger.experiment.log_text(logger.run_id, summary, "model_summary.txt")
 
@@ -96,6 +125,39 @@ class MLflowTrainingArtifactsCallback(Callback):
             if best is not None:
                 client.log_artifact(run_id, str(best), "checkpoints")
                 client.set_tag(run_id, "best_checkpoint", best.name)
+
+
+RESUMES_TAG = "skinet.resumes"
+"""How many times a run was resumed; resume ``n`` logs changed values as ``resume/<n>/<param>``."""
+
+
+def flatten_params(config: dict[str, Any]) -> dict[str, str]:
+    """The config as MLflow parameters, named as ``MLFlowLogger.log_hyperparams`` names them."""
+    flat = _flatten_dict(_convert_params(config))
+    return {key: str(value)[:_MAX_PARAM_LENGTH] for key, value in flat.items()}
+
+
+def log_params_once(logger: MLFlowLogger, params: dict[str, str]) -> None:
+    """Log ``params``; on a run that has them already, record changed values under ``resume/``.
+
+    MLflow refuses a new value for a logged parameter. A resumed run logs the parameters it does
+    not have yet, and each changed one as ``resume/<n>/<name>`` (its old value stays under
+    ``<name>``), where ``n`` counts the resumes in the tag ``skinet.resumes``.
+    """
+    client, run_id = logger.experiment, logger.run_id
+    run = client.get_run(run_id)
+    logged = run.data.params
+    new = {key: value for key, value in params.items() if key not in logged}
+    if logged:
+        resume = int(run.data.tags.get(RESUMES_TAG, "0")) + 1
+        changed = {key: value for key, value in params.items() if logged.get(key, value) != value}
+        new.update({f"resume/{resume}/{key}": value for key, value in changed.items()})
+        client.set_tag(run_id, RESUMES_TAG, str(resume))
+        if changed:
+            log.info("resumed with changed parameters: %s", ", ".join(sorted(changed)))
+    batch = [Param(key, value) for key, value in new.items()]
+    for start in range(0, len(batch), 100):
+        client.log_batch(run_id, params=batch[start : start + 100], synchronous=True)
 
 
 def mlflow_loggers(trainer: L.Trainer) -> list[MLFlowLogger]:
@@ -123,8 +185,11 @@ def early_stopping_state(trainer: L.Trainer) -> dict[str, Any] | None:
 
 
 def best_checkpoint(trainer: L.Trainer) -> Path | None:
-    """Path of the best checkpoint of the first ``ModelCheckpoint``, if one was written."""
-    callback = next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), None)  # type: ignore[attr-defined]
+    """The best checkpoint of the first monitored ``ModelCheckpoint``, if one was written."""
+    callback = next(
+        (c for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.monitor),  # type: ignore[attr-defined]
+        None,
+    )
     if callback is None or not callback.best_model_path:
         return None
     path = Path(callback.best_model_path)

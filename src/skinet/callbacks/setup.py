@@ -6,16 +6,12 @@ import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from lightning.pytorch.callbacks import (
-    Callback,
-    EarlyStopping,
-    LearningRateMonitor,
-    ModelCheckpoint,
-)
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
 from skinet.callbacks.mlflow_artifacts import MLflowTrainingArtifactsCallback, SkiNetMLFlowLogger
 from skinet.callbacks.plots import TrainingPlotsCallback
+from skinet.callbacks.resume import ResumeAwareLearningRateMonitor
 from skinet.callbacks.system_metrics import SystemMetricsThreadCallback
 from skinet.callbacks.throughput import ThroughputCallback
 from skinet.tracking import (
@@ -25,9 +21,13 @@ from skinet.tracking import (
     reopen_run,
     resolve_tracking_uri,
 )
+from skinet.tracking.runs import set_tags
 
 if TYPE_CHECKING:
     from skinet.config import ExperimentConfig
+
+LAST_CHECKPOINT_NAME = "last"
+"""``checkpoints/last.ckpt``: written after every epoch, read by ``--resume last``."""
 
 
 def setup_logging_and_callbacks(
@@ -41,9 +41,9 @@ def setup_logging_and_callbacks(
 
     Always: ``SystemMetricsThreadCallback``, ``ThroughputCallback`` and
     ``TrainingPlotsCallback`` (PNGs in ``run_dir/plots``). By flag: ``EarlyStopping``,
-    ``ModelCheckpoint`` (in ``run_dir/checkpoints``), ``MLFlowLogger`` with
-    ``MLflowTrainingArtifactsCallback``, ``LitLogger``; ``LearningRateMonitor`` whenever a
-    logger is on.
+    ``ModelCheckpoint`` (in ``run_dir/checkpoints``; with ``save_last`` a second one writes
+    ``last.ckpt`` after every epoch), ``MLFlowLogger`` with ``MLflowTrainingArtifactsCallback``,
+    ``LitLogger``; ``LearningRateMonitor`` whenever a logger is on.
 
     Args:
         cfg: The resolved experiment config.
@@ -81,10 +81,21 @@ def setup_logging_and_callbacks(
                 monitor=ckpt.monitor or cfg.sweep.monitor,
                 mode=ckpt.mode,
                 save_top_k=ckpt.save_top_k,
-                save_last=ckpt.save_last,
                 filename=ckpt.filename,
             )
         )
+        if ckpt.save_last:
+            # Lightning's save_last=True writes last.ckpt only in an epoch where a checkpoint
+            # was saved (the monitor improved); this one saves every epoch, overwriting itself.
+            callbacks.append(
+                ModelCheckpoint(
+                    dirpath=run_dir / "checkpoints",
+                    filename=LAST_CHECKPOINT_NAME,
+                    monitor=None,
+                    save_top_k=1,
+                    enable_version_counter=False,
+                )
+            )
     if train.use_mlflow_logger:
         loggers.append(build_mlflow_logger(cfg, run_dir, run_name, parent_run_id, resume_run_id))
         callbacks.append(MLflowTrainingArtifactsCallback(cfg))
@@ -99,7 +110,7 @@ def setup_logging_and_callbacks(
         )
     )
     if loggers:
-        callbacks.append(LearningRateMonitor(logging_interval="epoch"))
+        callbacks.append(ResumeAwareLearningRateMonitor(logging_interval="epoch"))
     return loggers, callbacks
 
 
@@ -113,7 +124,9 @@ def build_mlflow_logger(
     """An MLflow logger on the resolved store; checks the server and creates the experiment.
 
     With ``resume_run_id`` the logger continues that run (set back to ``RUNNING``) when it still
-    exists in the store, so a resumed training keeps one metric history.
+    exists in the store, so a resumed training keeps one metric history. The status the run
+    had is kept in the tag ``skinet.resumed_from_status``; a run still ``RUNNING`` belonged to
+    an attempt that died without closing it and is first closed as ``KILLED``.
     """
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID  # only with tracking on
 
@@ -126,7 +139,10 @@ def build_mlflow_logger(
     tags = {"skinet.run_dir": str(Path(run_dir).resolve()), "skinet.seed": str(cfg.train.seed)}
     if parent_run_id is not None:
         tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
-    run_id = resume_run_id if resume_run_id and reopen_run(uri, resume_run_id) else None
+    previous_status = reopen_run(uri, resume_run_id) if resume_run_id else None
+    run_id = resume_run_id if previous_status else None
+    if run_id is not None and previous_status is not None:
+        set_tags(uri, run_id, {"skinet.resumed_from_status": previous_status})
     return SkiNetMLFlowLogger(
         experiment_name=experiment_name,
         run_name=run_name,

@@ -18,7 +18,7 @@ from pathlib import Path
 import albumentations as A
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from skinet.data.errors import Problem
 from skinet.data.io import MASK_THRESHOLD, load_pair, load_pair_or_raise
@@ -153,6 +153,11 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         self.masks = masks
         self.split = split
         self.preprocessing = preprocessing or Preprocessing(image_size)
+        # (epoch, seed) shared with DataLoader workers; see set_augmentation_epoch.
+        self._augmentation_key: torch.Tensor | None = None
+        self._seeded_for: tuple[int, int] | None = None
+        # The configured pipeline seed; set_random_seed (here and in seed_worker) replaces it.
+        self._pipeline_seed = int(getattr(transform, "seed", None) or 0) % 2**63
 
     @property
     def cached(self) -> bool:
@@ -176,9 +181,44 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         sample = self.samples[index]
         return load_pair_or_raise(sample.image_path, sample.mask_path, self.preprocessing)
 
+    def set_augmentation_epoch(self, epoch: int, seed: int) -> None:
+        """Seed the augmentations of the items loaded from now on from ``(seed, epoch)``.
+
+        Each process that loads items (every DataLoader worker, or the main process with
+        ``num_workers=0``) re-seeds the transform on its first item of a new epoch from the
+        pipeline's own seed, ``seed``, ``epoch``, its worker id and its distributed rank. An
+        epoch's augmentations then do not depend on what earlier epochs drew, so a resumed
+        run's workers, started afresh, draw what the uninterrupted run's workers drew.
+
+        The pair lives in shared memory: call this before the workers start (or the epoch's
+        iterator is created) and persistent workers see later updates.
+        """
+        if self._augmentation_key is None:
+            self._augmentation_key = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self._augmentation_key[0] = epoch
+        self._augmentation_key[1] = seed
+
+    @property
+    def augmentation_key(self) -> tuple[int, int] | None:
+        """The ``(epoch, seed)`` of :meth:`set_augmentation_epoch`, ``None`` before any call."""
+        key = self._augmentation_key
+        return None if key is None else (int(key[0]), int(key[1]))
+
+    def _seed_for_epoch(self) -> None:
+        key = self.augmentation_key
+        if key is None or key == self._seeded_for or not hasattr(self.transform, "set_random_seed"):
+            return
+        self._seeded_for = key
+        info = get_worker_info()
+        worker = info.id if info is not None else 0
+        rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
+        entropy = [self._pipeline_seed, key[1] % 2**63, key[0], worker, rank]
+        self.transform.set_random_seed(int(np.random.SeedSequence(entropy).generate_state(1)[0]))  # type: ignore[union-attr]
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         image, mask = self.load_raw(index)
         if self.transform is not None:
+            self._seed_for_epoch()
             out = self.transform(image=image, mask=mask)
             image, mask = out["image"], out["mask"]
         image_chw = self.normalizer(np.asarray(image))

@@ -12,7 +12,14 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, get_worker_info
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    RandomSampler,
+    Sampler,
+    get_worker_info,
+)
 
 from skinet.config import DataConfig, ExperimentConfig
 from skinet.data.dataset import SegmentationDataset, decode_split
@@ -53,6 +60,31 @@ def seed_worker(worker_id: int) -> None:
     rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
     entropy = [int(compose_seed) % 2**63, torch.initial_seed() % 2**63, rank]
     transform.set_random_seed(int(np.random.SeedSequence(entropy).generate_state(1)[0]))
+
+
+class EpochShuffleSampler(RandomSampler):
+    """A shuffling sampler whose order depends only on the dataset's ``(epoch, seed)``.
+
+    ``RandomSampler`` draws each epoch's order from the global torch RNG, whose draws also
+    depend on when DataLoader iterators are created (a persistent-worker iterator draws its
+    base seed once, at its first epoch), so a resumed run would shuffle differently from the
+    uninterrupted one. Before ``SegmentationDataset.set_augmentation_epoch`` is first called
+    this behaves exactly like ``RandomSampler``. A ``RandomSampler`` subclass, so Lightning
+    still shuffles when it swaps in its ``DistributedSampler`` under DDP.
+    """
+
+    def __init__(self, data_source: SegmentationDataset) -> None:
+        super().__init__(data_source)
+        self.dataset = data_source
+
+    def __iter__(self) -> Any:
+        key = self.dataset.augmentation_key
+        if key is None:
+            yield from super().__iter__()
+            return
+        seed = int(np.random.SeedSequence([key[1] % 2**63, key[0]]).generate_state(1)[0])
+        generator = torch.Generator().manual_seed(seed)
+        yield from torch.randperm(len(self.dataset), generator=generator).tolist()
 
 
 class RepeatDataLoader(DataLoader):
@@ -357,7 +389,10 @@ def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> D
     }
     # Dropping a ragged last batch keeps batch-norm away from a batch of one sample.
     train = RepeatDataLoader(
-        train_ds, shuffle=True, drop_last=len(train_ds) >= batch_size * world_size, **common
+        train_ds,
+        sampler=EpochShuffleSampler(train_ds),
+        drop_last=len(train_ds) >= batch_size * world_size,
+        **common,
     )
     val = RepeatDataLoader(val_ds, sampler=EvalDistributedSampler(val_ds), **common)
     test = (

@@ -6,6 +6,7 @@ from skinet.tracking.mlflow_utils import (
     ensure_experiment,
     make_run_name,
     mark_run_failed,
+    prepare_sqlite_store,
     resolve_tracking_uri,
     sqlite_path,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "find_free_port",
     "make_run_name",
     "mark_run_failed",
+    "prepare_sqlite_store",
     "reopen_run",
     "resolve_tracking_uri",
     "sqlite_path",

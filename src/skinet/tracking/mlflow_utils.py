@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import traceback
 from datetime import datetime
 from pathlib import Path
@@ -80,18 +81,48 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def make_run_name(experiment_name: str, seed: int) -> str:
-    """``{experiment_name}_seed{seed}_{YYYYmmdd-HHMMSS}``, the guide's run name."""
-    return f"{experiment_name}_seed{seed}_{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    """``{experiment_name}_seed{seed}_{timestamp}``, the guide's run name, unique per call.
+
+    The timestamp is ``YYYYmmdd-HHMMSS-mmm`` (milliseconds) followed by 6 random hex digits, so
+    runs started in the same second (or millisecond) get different names and run folders.
+    """
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
+    return f"{experiment_name}_seed{seed}_{stamp}-{secrets.token_hex(3)}"
+
+
+_PREPARED_STORES: set[str] = set()
+
+
+def prepare_sqlite_store(uri: str) -> None:
+    """Create and migrate an embedded SQLite store once, under a file lock beside it.
+
+    MLflow creates the schema of a new ``sqlite:///`` file on first use; two processes doing so
+    at the same moment race on its migrations (``duplicate column name``, alembic errors). The
+    lock makes the first process build the schema while the others wait and then find it.
+    Other URIs are left alone.
+    """
+    db_path = sqlite_path(uri)
+    if db_path is None or uri in _PREPARED_STORES:
+        return
+    from filelock import FileLock
+    from mlflow.tracking import MlflowClient
+
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(db_path) + ".lock"):
+        MlflowClient(uri).search_experiments(max_results=1)
+    _PREPARED_STORES.add(uri)
 
 
 def ensure_experiment(uri: str, name: str, artifact_location: str | None = None) -> str:
     """Return the id of experiment ``name``, creating (or restoring a deleted) one.
 
-    ``artifact_location`` only applies when the experiment is created.
+    ``artifact_location`` only applies when the experiment is created. A new embedded SQLite
+    store is created first under a lock (:func:`prepare_sqlite_store`).
     """
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
+    prepare_sqlite_store(uri)
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:

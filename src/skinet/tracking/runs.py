@@ -89,19 +89,28 @@ def finish_run(uri: str, run_id: str, status: str = "FINISHED") -> None:
     _client(uri).set_terminated(run_id, status)
 
 
-def reopen_run(uri: str, run_id: str) -> bool:
-    """Set an existing run back to ``RUNNING``; ``False`` when the store no longer has it."""
+def reopen_run(uri: str, run_id: str) -> str | None:
+    """Set an existing run back to ``RUNNING`` and return the status it had before.
+
+    A run found ``RUNNING`` belongs to an attempt that died without closing it (SIGKILL, a lost
+    machine): it is closed as ``KILLED`` first, which records when the new attempt took over,
+    and ``"KILLED"`` is returned. ``None`` when the store no longer has the run.
+    """
     from mlflow.exceptions import MlflowException
 
     client = _client(uri)
     try:
         run = client.get_run(run_id)
     except MlflowException:
-        return False
+        return None
     if run.info.lifecycle_stage != "active":
-        return False
+        return None
+    status = str(run.info.status)
+    if status == "RUNNING":
+        client.set_terminated(run_id, "KILLED")
+        status = "KILLED"
     client.update_run(run_id, status="RUNNING")
-    return True
+    return status
 
 
 def log_params(uri: str, run_id: str, params: Mapping[str, Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,7 +15,8 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 
-from skinet.callbacks import setup_logging_and_callbacks
+from skinet.callbacks import SkiNetMLFlowLogger, setup_logging_and_callbacks
+from skinet.callbacks.resume import ResumeStateCallback
 from skinet.checkpoint_format import CHECKPOINT_KEY, CheckpointPayload
 from skinet.config import ExperimentConfig
 from skinet.data import build_dataloaders, visualize_augmented_data
@@ -24,8 +26,10 @@ from skinet.tracking import (
     mark_run_failed,
     resolve_tracking_uri,
 )
+from skinet.tracking.runs import finish_run, set_tags
 from skinet.training.lightning_model import LightningModel, check_attention_upsample
 from skinet.training.reproducibility import configure_reproducibility
+from skinet.training.signals import RunInterrupted, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -50,21 +54,47 @@ class ResumeError(ValueError):
     """A checkpoint to resume from is missing, unreadable or already past ``max_epochs``."""
 
 
-def find_last_checkpoint(output_dir: str | Path) -> Path:
-    """The newest ``checkpoints/last.ckpt`` among the run folders in ``output_dir``."""
+def find_last_checkpoint(output_dir: str | Path, experiment_name: str | None = None) -> Path:
+    """The newest ``checkpoints/last.ckpt`` among the run folders in ``output_dir``.
+
+    Args:
+        output_dir: Folder holding the run folders.
+        experiment_name: Only consider runs whose ``config.yaml`` has this
+            ``TRAIN_CONFIG.experiment_name`` (``None``: every run).
+    """
     candidates = sorted(
-        Path(output_dir).glob("*/checkpoints/last*.ckpt"), key=lambda p: p.stat().st_mtime
+        (
+            path
+            for path in Path(output_dir).glob("*/checkpoints/last*.ckpt")
+            if experiment_name is None or _experiment_of(path.parent.parent) == experiment_name
+        ),
+        key=lambda p: p.stat().st_mtime,
     )
     if not candidates:
+        of = f" of experiment {experiment_name!r}" if experiment_name is not None else ""
         raise ResumeError(
-            f"--resume last: no checkpoints/last.ckpt under {Path(output_dir).resolve()}; "
-            "pass the checkpoint path instead"
+            f"--resume last: no checkpoints/last.ckpt{of} under "
+            f"{Path(output_dir).resolve()}; pass the checkpoint path instead"
         )
     return candidates[-1]
 
 
-def _check_resume(checkpoint_path: Path, max_epochs: int) -> dict[str, Any]:
-    """The checkpoint's contents, or a ResumeError when it is unreadable or already finished."""
+def _experiment_of(run_dir: Path) -> str | None:
+    """``TRAIN_CONFIG.experiment_name`` in a run folder's ``config.yaml`` (``None``: unreadable)."""
+    try:
+        saved = yaml.safe_load((run_dir / CONFIG_FILE).read_text())
+        return str(saved["TRAIN_CONFIG"]["experiment_name"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+
+
+def _check_resume(checkpoint_path: Path, max_epochs: int, run_dir: Path) -> dict[str, Any]:
+    """The checkpoint's contents, or a ResumeError when it is unreadable or its run is complete.
+
+    A checkpoint whose training already reached ``max_epochs`` is accepted while its run has no
+    ``metrics.json`` (killed between the last epoch and the end of the test): resuming it runs
+    the test and completes the run.
+    """
     if not checkpoint_path.is_file():
         raise ResumeError(f"checkpoint to resume from not found: {checkpoint_path}")
     try:
@@ -73,12 +103,39 @@ def _check_resume(checkpoint_path: Path, max_epochs: int) -> dict[str, Any]:
         raise ResumeError(f"--resume: {error}") from None
     done = int(checkpoint.get("epoch", -1)) + 1
     if done >= max_epochs:
+        if not (run_dir / METRICS_FILE).is_file():
+            log.info(
+                "training of %s already ended after %d epoch(s); testing its best checkpoint "
+                "to finish the run",
+                run_dir.name,
+                done,
+            )
+            return checkpoint
         raise ResumeError(
             f"{checkpoint_path} has already trained {done} epoch(s) and TRAIN_CONFIG.max_epochs is "
             f"{max_epochs}: nothing left to train. Set TRAIN_CONFIG.max_epochs above {done} "
             f"(e.g. --set TRAIN_CONFIG.max_epochs={done + 10}) to continue."
         )
+    log.info("resuming run %s from %s (%d epoch(s) done)", run_dir.name, checkpoint_path, done)
     return checkpoint
+
+
+def is_launch_rank_zero() -> bool:
+    """Whether this process is global rank 0, judged from the launcher's environment.
+
+    Used before the ``Trainer`` (and its process group) exists. Lightning starts the other
+    ranks of a node with ``LOCAL_RANK`` set; torchrun and SLURM set ``RANK`` / ``SLURM_PROCID``;
+    other nodes of a Lightning multi-node job carry ``NODE_RANK``.
+    """
+    for variable in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        if os.environ.get(variable):
+            rank = int(os.environ[variable])
+            break
+    else:
+        rank = 0
+    if os.environ.get("RANK"):
+        return rank == 0
+    return rank == 0 and int(os.environ.get("NODE_RANK") or os.environ.get("GROUP_RANK") or 0) == 0
 
 
 def build_trainer(
@@ -142,8 +199,10 @@ def run_training(
     Args:
         cfg: The validated experiment config.
         visualize: Write a grid of augmented training samples before training.
-        resume: A checkpoint to continue from, or ``"last"`` for the newest ``last.ckpt``
-            under ``TRAIN_CONFIG.output_dir``; optimizer, scheduler and epoch are restored.
+        resume: A checkpoint to continue from, or ``"last"`` for the newest ``last.ckpt`` of a
+            run of the same ``experiment_name`` under ``TRAIN_CONFIG.output_dir``; weights,
+            optimizer, scheduler, epoch, RNG states and the augmentation streams are restored.
+            A run whose training ended but whose test did not is tested and completed.
         parent_run_id: MLflow run to nest this run under (sweeps).
         run_name: Overrides ``{experiment_name}_seed{seed}_{timestamp}``.
 
@@ -152,77 +211,112 @@ def run_training(
         own name), the last epoch's other validation metrics and every ``test_*`` metric.
     """
     train_cfg = cfg.train
-    resume_path: Path | None = None
-    resume_run_id: str | None = None
-    if resume is not None:
-        resume_path = (
-            find_last_checkpoint(train_cfg.output_dir) if str(resume) == "last" else Path(resume)
-        )
-        payload = CheckpointPayload.from_checkpoint(
-            _check_resume(resume_path, train_cfg.max_epochs), str(resume_path)
-        )
-        check_attention_upsample(payload, cfg)  # before any run or folder is made
-        resume_run_id = payload.mlflow_run_id
-
+    rank_zero = is_launch_rank_zero()
     deterministic = configure_reproducibility(cfg)
+    # Only rank 0's name counts: the other ranks make no folder and write nothing, and learn
+    # rank 0's name once their process group is up (broadcast after fit).
     run_name = (
         run_name
         or train_cfg.mlflow_config.run_name
         or make_run_name(train_cfg.experiment_name, train_cfg.seed)
     )
-    if resume_path is not None and resume_path.parent.name == "checkpoints":
-        run_dir = resume_path.parent.parent
-        run_name = run_dir.name
-    else:
-        run_dir = Path(train_cfg.output_dir) / run_name
+    run_dir = Path(train_cfg.output_dir) / run_name
+    resume_path: Path | None = None
+    resume_run_id: str | None = None
+    if resume is not None:
+        resume_path = (
+            find_last_checkpoint(train_cfg.output_dir, train_cfg.experiment_name)
+            if str(resume) == "last"
+            else Path(resume)
+        )
+        if resume_path.parent.name == "checkpoints":
+            run_dir = resume_path.parent.parent
+            run_name = run_dir.name
+        payload = CheckpointPayload.from_checkpoint(
+            _check_resume(resume_path, train_cfg.max_epochs, run_dir), str(resume_path)
+        )
+        check_attention_upsample(payload, cfg)  # before any run or folder is made
+        resume_run_id = payload.mlflow_run_id
+
     # Bad data and an unreachable tracking server both fail before any run folder or MLflow
     # run is made, so a failed start leaves nothing half-made behind.
-    world_size = train_cfg.ddp_processes_per_node * train_cfg.num_nodes
-    loaders = build_dataloaders(cfg, world_size=world_size)
+    loaders = build_dataloaders(cfg, world_size=train_cfg.world_size)
     loggers, callbacks = setup_logging_and_callbacks(
         cfg, run_dir, run_name, parent_run_id, resume_run_id
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(cfg.to_yaml_dict(), sort_keys=False))
+    if rank_zero:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(cfg.to_yaml_dict(), sort_keys=False))
 
-    if visualize:
+    if visualize and rank_zero:
         visualize_augmented_data(loaders.train_dataset, run_dir / "augmented_samples.png")
 
     model = LightningModel(cfg.to_yaml_dict())
+    callbacks.append(ResumeStateCallback(cfg, loaders.train_dataset))
+    held_open = [lg for lg in loggers if isinstance(lg, SkiNetMLFlowLogger)]
+    for logger in held_open:
+        logger.keep_open = True  # FINISHED only once the test and metrics.json are done
     trainer = build_trainer(cfg, run_dir, loggers, callbacks, deterministic)
 
     started = time.perf_counter()
     try:
-        trainer.fit(model, loaders.train, loaders.val, ckpt_path=resume_path)
-        fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-        checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint)), None)
-        best_path = checkpoint.best_model_path if checkpoint is not None else ""
-        if checkpoint is not None and checkpoint.best_model_score is not None:
-            fit_metrics[cfg.sweep.monitor] = float(checkpoint.best_model_score)
-        test_metrics: dict[str, float] = {}
-        if loaders.test is not None:
-            results = trainer.test(model, loaders.test, ckpt_path=best_path or None, verbose=False)
-            test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+        with stop_on_signals():
+            trainer.fit(model, loaders.train, loaders.val, ckpt_path=resume_path)
+            fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+            checkpoint = next(
+                (c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor), None
+            )
+            best_path = checkpoint.best_model_path if checkpoint is not None else ""
+            if checkpoint is not None and checkpoint.best_model_score is not None:
+                fit_metrics[cfg.sweep.monitor] = float(checkpoint.best_model_score)
+            test_metrics: dict[str, float] = {}
+            if loaders.test is not None:
+                results = trainer.test(
+                    model, loaders.test, ckpt_path=best_path or None, verbose=False
+                )
+                test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+            mlflow_run_id = next(
+                (lg.run_id for lg in loggers if isinstance(lg, MLFlowLogger)), None
+            )
+            run_name, run_dir, mlflow_run_id = trainer.strategy.broadcast(
+                (run_name, run_dir, mlflow_run_id)
+            )
+            result = RunResult(
+                metrics={**fit_metrics, **test_metrics},
+                run_name=run_name,
+                run_dir=run_dir.resolve(),
+                best_checkpoint=Path(best_path).resolve() if best_path else None,
+                mlflow_run_id=mlflow_run_id,
+                fit_seconds=round(time.perf_counter() - started, 2),
+                epochs_trained=trainer.current_epoch,
+            )
+            if trainer.is_global_zero:
+                summary = {**asdict(result), "monitor": cfg.sweep.monitor}
+                (run_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=str))
+            for logger in held_open:
+                logger.keep_open = False
+                logger.finalize("success")
     except BaseException as error:
-        for logger in loggers:
-            if isinstance(logger, MLFlowLogger) and logger.run_id:
-                mark_run_failed(logger.run_id, resolve_tracking_uri(cfg), error)
+        _record_stop(cfg, loggers, error)
         raise
-
-    result = RunResult(
-        metrics={**fit_metrics, **test_metrics},
-        run_name=run_name,
-        run_dir=run_dir.resolve(),
-        best_checkpoint=Path(best_path).resolve() if best_path else None,
-        mlflow_run_id=next((lg.run_id for lg in loggers if isinstance(lg, MLFlowLogger)), None),
-        fit_seconds=round(time.perf_counter() - started, 2),
-        epochs_trained=trainer.current_epoch,
-    )
-    if trainer.is_global_zero:
-        summary = {**asdict(result), "monitor": cfg.sweep.monitor}
-        (run_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=str))
     log.debug("run %s finished: %s", run_name, json.dumps(result.metrics))
     return result
+
+
+def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException) -> None:
+    """Close the MLflow run: ``KILLED`` for SIGINT/SIGTERM, else ``FAILED`` with the error."""
+    uri = resolve_tracking_uri(cfg)
+    for logger in loggers:
+        if not (isinstance(logger, MLFlowLogger) and logger.run_id):
+            continue
+        if not isinstance(error, RunInterrupted):
+            mark_run_failed(logger.run_id, uri, error)
+            continue
+        try:
+            set_tags(uri, logger.run_id, {"skinet.stopped_by": str(error)})
+            finish_run(uri, logger.run_id, "KILLED")
+        except Exception as exc:  # noqa: BLE001 - the interruption must stay visible
+            log.warning("could not mark MLflow run %s as KILLED: %s", logger.run_id, exc)
 
 
 __all__ = [
@@ -231,6 +325,7 @@ __all__ = [
     "RunResult",
     "build_trainer",
     "find_last_checkpoint",
+    "is_launch_rank_zero",
     "run_training",
     "train_and_evaluate",
 ]

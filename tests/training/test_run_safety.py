@@ -1,0 +1,324 @@
+"""Runs a user can trust, through the CLI: unique run folders, a store that takes runs started
+together, ``--resume last`` after real kills and signals, and resumes that reproduce."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from tests.conftest import tiny_raw_config
+
+from skinet.cli import main
+from skinet.config import parse_config
+from skinet.tracking import resolve_tracking_uri
+
+REPO = Path(__file__).resolve().parents[2]
+HARNESS = Path(__file__).with_name("cli_harness.py")
+RACERS = 3
+ROUNDS = 3
+
+
+def _env() -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK"}
+        and not k.startswith(("PL_", "MLFLOW_TRACKING_URI"))
+    }
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO)])
+    env["COLUMNS"] = "500"  # one line per path in the printed summary
+    return env
+
+
+def _write(raw: dict[str, Any], path: Path, **train: Any) -> Path:
+    raw["TRAIN_CONFIG"].update(train)
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _mlflow_run(cfg_path: Path, run_id: str) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    from skinet.config import load_config
+
+    return MlflowClient(resolve_tracking_uri(load_config(cfg_path))).get_run(run_id)
+
+
+# --- runs started together -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def racing_rounds(tmp_path_factory: pytest.TempPathFactory, synthetic_root: Path) -> Path:
+    """``ROUNDS`` rounds of ``RACERS`` ``skinet train`` released together on a new store each."""
+    folder = tmp_path_factory.mktemp("racing")
+    raw = tiny_raw_config(folder, synthetic_root)
+    config = _write(
+        raw, folder / "race.yaml", max_epochs=1, use_early_stopping=False, limit_train_batches=1
+    )
+    args = ["train", "--config", str(config), "--no-visualize"]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HARNESS),
+                "barrier",
+                str(folder),
+                str(i),
+                str(ROUNDS),
+                "--",
+                *args,
+            ],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(RACERS)
+    ]
+    for r in range(ROUNDS):
+        deadline = time.monotonic() + 300
+        while len(list(folder.glob(f"ready_{r}_*"))) < RACERS:
+            assert time.monotonic() < deadline, "racers never became ready"
+            assert all(p.poll() is None for p in procs), "a racer exited early"
+            time.sleep(0.05)
+        (folder / f"go_{r}").touch()
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    (folder / "racers.log").write_text("\n\n".join(logs))
+    return folder
+
+
+def test_runs_started_together_on_a_new_sqlite_store_all_succeed(racing_rounds: Path) -> None:
+    log = (racing_rounds / "racers.log").read_text()
+    codes = {p.name: p.read_text() for p in racing_rounds.glob("rc_*")}
+    assert len(codes) == RACERS * ROUNDS
+    assert set(codes.values()) == {"0"}, (codes, log[-6000:])
+    assert "duplicate column" not in log
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders(racing_rounds: Path) -> None:
+    for r in range(ROUNDS):
+        runs = [p.parent for p in (racing_rounds / f"round_{r}").glob("*/metrics.json")]
+        assert len(runs) == RACERS, sorted(p.name for p in (racing_rounds / f"round_{r}").iterdir())
+        names = {json.loads((run / "metrics.json").read_text())["run_name"] for run in runs}
+        assert names == {run.name for run in runs}
+        ids = {json.loads((run / "metrics.json").read_text())["mlflow_run_id"] for run in runs}
+        assert len(ids) == RACERS
+
+
+# --- resume ------------------------------------------------------------------------------------
+
+
+def _run_folders(output_dir: Path) -> list[Path]:
+    return sorted(p.parent for p in output_dir.glob("*/config.yaml"))
+
+
+def _kill_run(config: Path, hook: str, epoch: int, *extra: str) -> subprocess.CompletedProcess:
+    """``skinet train`` SIGKILLed when ``LightningModel.<hook>`` runs in ``epoch``."""
+    args = ["train", "--config", str(config), "--no-visualize", *extra]
+    proc = subprocess.run(
+        [sys.executable, str(HARNESS), "kill", hook, str(epoch), "--", *args],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def _model_metrics(run_dir: Path) -> dict[str, float]:
+    metrics = json.loads((run_dir / "metrics.json").read_text())["metrics"]
+    return {k: v for k, v in metrics.items() if not k.startswith(("perf/", "system/"))}
+
+
+def test_resume_last_takes_the_newest_run_of_the_same_experiment(
+    tiny_raw: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tiny_raw["TRAIN_CONFIG"].update({"use_mlflow_logger": False, "max_epochs": 1})
+    mine = _write(tiny_raw, tmp_path / "mine.yaml")
+    assert main(["train", "--config", str(mine), "--no-visualize"]) == 0
+    (run,) = _run_folders(tmp_path / "runs")
+    other = _write(tiny_raw, tmp_path / "other.yaml", experiment_name="other")
+    assert main(["train", "--config", str(other), "--no-visualize"]) == 0
+
+    resume = ["train", "--config", str(mine), "--no-visualize", "--resume", "last"]
+    assert main([*resume, "--set", "TRAIN_CONFIG.max_epochs=2"]) == 0
+    assert f"resuming run {run.name}" in caplog.text
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["epoch"] == 1
+    others = [r for r in _run_folders(tmp_path / "runs") if r != run]
+    assert [r.name.startswith("other_seed") for r in others] == [True]
+    assert torch.load(others[0] / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
+
+
+def test_kill_before_the_test_then_resume_last_finishes_the_run(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    config = _write(tiny_raw, tmp_path / "c.yaml", max_epochs=2, use_early_stopping=False)
+    _kill_run(config, "on_test_start", -1)
+    (run,) = _run_folders(tmp_path / "runs")
+    assert not (run / "metrics.json").exists()
+    run_id = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["skinet"][
+        "mlflow_run_id"
+    ]
+    unfinished = _mlflow_run(config, run_id)
+    assert unfinished.info.status == "RUNNING"  # left so by the dead attempt
+    assert "test_dice" not in unfinished.data.metrics
+
+    assert main(["train", "--config", str(config), "--no-visualize", "--resume", "last"]) == 0
+    summary = json.loads((run / "metrics.json").read_text())
+    assert 0.0 <= summary["metrics"]["test_dice"] <= 1.0
+    assert summary["epochs_trained"] == 2
+    mlflow_run = _mlflow_run(config, run_id)
+    assert mlflow_run.info.status == "FINISHED"
+    assert mlflow_run.data.tags["skinet.resumed_from_status"] == "KILLED"
+    assert "test_dice" in mlflow_run.data.metrics
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_marks_the_run_killed_and_leaves_a_resumable_checkpoint(
+    tiny_raw: dict[str, Any], tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    config = _write(tiny_raw, tmp_path / "c.yaml", max_epochs=200, use_early_stopping=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skinet.cli", "train", "--config", str(config), "--no-visualize"],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not list((tmp_path / "runs").glob("*/checkpoints/last.ckpt")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.1)
+    time.sleep(0.5)  # into a later epoch
+    proc.send_signal(sig)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == code, output[-3000:]
+
+    (run,) = _run_folders(tmp_path / "runs")
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    mlflow_run = _mlflow_run(config, checkpoint["skinet"]["mlflow_run_id"])
+    assert mlflow_run.info.status == "KILLED"
+    assert mlflow_run.data.tags["skinet.stopped_by"] == f"stopped by {sig.name}"
+    assert "error" not in mlflow_run.data.tags
+    more = f"TRAIN_CONFIG.max_epochs={checkpoint['epoch'] + 2}"
+    resume = ["train", "--config", str(config), "--no-visualize", "--resume", "last"]
+    assert main([*resume, "--set", more]) == 0
+    assert _mlflow_run(config, checkpoint["skinet"]["mlflow_run_id"]).info.status == "FINISHED"
+
+
+def test_last_checkpoint_is_written_after_every_epoch(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    # No epoch saves a best checkpoint here, the extreme case of a monitor that stops
+    # improving: Lightning's own save_last then writes last.ckpt only when training ends.
+    tiny_raw["TRAIN_CONFIG"]["checkpoint_config"] = {"save_top_k": 0}
+    config = _write(tiny_raw, tmp_path / "c.yaml", max_epochs=3, use_mlflow_logger=False)
+    _kill_run(config, "on_validation_epoch_start", 2)
+    (run,) = _run_folders(tmp_path / "runs")
+    last = run / "checkpoints" / "last.ckpt"
+    assert last.is_file(), sorted(p.name for p in (run / "checkpoints").glob("*"))
+    assert torch.load(last, weights_only=True)["epoch"] == 1
+
+
+def test_killed_and_resumed_run_reproduces_the_uninterrupted_one(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    # Workers matter here: each epoch's augmentations come from persistent worker processes
+    # that a resume starts afresh.
+    tiny_raw["TRAIN_CONFIG"].update(
+        {"max_epochs": 3, "use_early_stopping": False, "deterministic": True, "num_workers": 2}
+    )
+    whole = _write(tiny_raw, tmp_path / "whole.yaml", output_dir=str(tmp_path / "whole"))
+    assert main(["train", "--config", str(whole), "--no-visualize"]) == 0
+    (uninterrupted,) = _run_folders(tmp_path / "whole")
+
+    config = _write(tiny_raw, tmp_path / "c.yaml", output_dir=str(tmp_path / "runs"))
+    _kill_run(config, "on_validation_epoch_start", 2)
+    (run,) = _run_folders(tmp_path / "runs")
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["epoch"] == 1  # only the epoch in progress is lost
+    assert main(["train", "--config", str(config), "--no-visualize", "--resume", "last"]) == 0
+
+    assert _model_metrics(run) == _model_metrics(uninterrupted)
+    mlflow_run = _mlflow_run(config, checkpoint["skinet"]["mlflow_run_id"])
+    assert mlflow_run.info.status == "FINISHED"
+    assert mlflow_run.data.tags["skinet.resumed_from_status"] == "KILLED"
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(resolve_tracking_uri(parse_config(tiny_raw)))
+    steps = [
+        m.step for m in client.get_metric_history(checkpoint["skinet"]["mlflow_run_id"], "lr-AdamW")
+    ]
+    assert len(steps) == 3 and len(set(steps)) == 3, steps
+
+
+def test_resume_with_more_epochs_applies_the_current_schedule_and_records_it(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    tiny_raw["TRAIN_CONFIG"].update(
+        {
+            "max_epochs": 1,
+            "use_lr_scheduler": True,
+            "scheduler_type": "cosine_annealing",
+            "cosine_annealing_config": {"eta_min": 1e-5},
+            "early_stopping_config": {"patience": 3},
+        }
+    )
+    config = _write(tiny_raw, tmp_path / "c.yaml")
+    assert main(["train", "--config", str(config), "--no-visualize"]) == 0
+    (run,) = _run_folders(tmp_path / "runs")
+    resume = ["train", "--config", str(config), "--no-visualize", "--resume", "last"]
+    changes = [
+        "TRAIN_CONFIG.max_epochs=3",
+        "TRAIN_CONFIG.cosine_annealing_config.eta_min=0.0001",
+        "TRAIN_CONFIG.early_stopping_config.patience=7",
+    ]
+    assert main([*resume, *(x for c in changes for x in ("--set", c))]) == 0
+
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["epoch"] == 2
+    (scheduler,) = checkpoint["lr_schedulers"]
+    assert (scheduler["T_max"], scheduler["eta_min"]) == (3, 1e-4)
+    (stopping,) = [v for k, v in checkpoint["callbacks"].items() if k.startswith("EarlyStopping")]
+    assert stopping["patience"] == 7
+    params = _mlflow_run(config, checkpoint["skinet"]["mlflow_run_id"]).data.params
+    assert params["TRAIN_CONFIG/max_epochs"] == "1"
+    assert params["resume/1/TRAIN_CONFIG/max_epochs"] == "3"
+    assert params["resume/1/TRAIN_CONFIG/early_stopping_config/patience"] == "7"
+
+
+def test_ddp_ranks_use_rank_zero_run_folder_and_write_nothing_of_their_own(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    config = _write(
+        tiny_raw, tmp_path / "c.yaml", max_epochs=1, strategy="ddp", devices=2, num_workers=0
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "skinet.cli", "train", "--config", str(config)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    entries = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    (run,) = _run_folders(tmp_path / "runs")
+    assert entries == sorted([run.name, "mlflow.db", "mlflow.db.lock", "mlartifacts"])
+    assert (run / "augmented_samples.png").is_file() and (run / "metrics.json").is_file()
+    # Both ranks print their summary: rank 1 reports rank 0's folder and MLflow run.
+    folders = [line for line in proc.stdout.splitlines() if line.startswith("run folder:")]
+    assert len(folders) == 2 and len(set(folders)) == 1 and folders[0].endswith(run.name)
+    run_ids = {line for line in proc.stdout.splitlines() if line.startswith("MLflow run id:")}
+    assert len(run_ids) == 1
