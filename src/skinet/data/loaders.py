@@ -356,9 +356,13 @@ def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> D
         "prefetch_factor": train_cfg.prefetch_factor,
     }
     # Dropping a ragged last batch keeps batch-norm away from a batch of one sample.
-    train = RepeatDataLoader(
-        train_ds, shuffle=True, drop_last=len(train_ds) >= batch_size * world_size, **common
-    )
+    drop_last = len(train_ds) >= batch_size * world_size
+    if train_cfg.augment_on == "device":
+        from skinet.data.device_split import build_device_train_loader
+
+        train = build_device_train_loader(cfg, train_ds, drop_last)
+    else:
+        train = RepeatDataLoader(train_ds, shuffle=True, drop_last=drop_last, **common)
     val = RepeatDataLoader(val_ds, sampler=EvalDistributedSampler(val_ds), **common)
     test = (
         RepeatDataLoader(test_ds, sampler=EvalDistributedSampler(test_ds), **common)
