@@ -125,18 +125,18 @@ def adjust_saturation(batch: Tensor, factors: Tensor) -> Tensor:
 
 def rgb_to_hsv(batch: Tensor) -> Tensor:
     """RGB in ``[0, 255]`` -> hue in turns ``[0, 1)``, saturation ``[0, 1]``, value ``[0, 255]``."""
-    value, argmax = batch.max(dim=1)
-    minimum = batch.min(dim=1).values
-    delta = value - minimum
-    saturation = torch.where(value > 0, delta / value.clamp_min(1e-8), torch.zeros_like(value))
     red, green, blue = batch.unbind(1)
-    safe = delta.clamp_min(1e-8)
+    value = torch.maximum(torch.maximum(red, green), blue)
+    delta = value - torch.minimum(torch.minimum(red, green), blue)
+    inverse = torch.where(delta > 0, 1 / delta, torch.zeros_like(delta))
+    # Hexcone hue; ties resolve red, then green first (as an argmax would).
     hue = torch.where(
-        argmax == 0,
-        ((green - blue) / safe) % 6,
-        torch.where(argmax == 1, (blue - red) / safe + 2, (red - green) / safe + 4),
+        red == value,
+        (green - blue) * inverse,
+        torch.where(green == value, (blue - red) * inverse + 2, (red - green) * inverse + 4),
     )
-    hue = torch.where(delta > 0, hue / 6, torch.zeros_like(hue)) % 1.0
+    hue = torch.frac(hue.div_(6).add_(1))
+    saturation = torch.where(value > 0, delta / value, torch.zeros_like(value))
     return torch.stack((hue, saturation, value), dim=1)
 
 
@@ -262,13 +262,18 @@ def jpeg_quant_tables(qualities: Tensor) -> Tensor:
 
 
 def _blockwise(planes: Tensor, tables: Tensor, dct: Tensor) -> Tensor:
-    """Quantise every 8x8 block of ``planes`` ``(B, C, H, W)`` with ``tables`` ``(B, C, 8, 8)``."""
+    """Quantise every 8x8 block of ``planes`` ``(B, C, H, W)`` with ``tables`` ``(B, C, 8, 8)``.
+
+    The 2-D DCT of a block is one product with ``kron(D, D)`` on the flattened block, so the
+    whole batch is a single matrix product rather than many 8x8 ones.
+    """
     count, channels, height, width = planes.shape
     blocks = planes.reshape(count, channels, height // 8, 8, width // 8, 8).transpose(3, 4)
-    coefficients = dct @ (blocks - 128) @ dct.T
-    table = tables[:, :, None, None]
-    coefficients = torch.round(coefficients / table) * table
-    blocks = dct.T @ coefficients @ dct + 128
+    blocks = blocks.reshape(count, channels, -1, 64) - 128
+    basis = torch.kron(dct, dct)
+    table = tables.reshape(count, channels, 1, 64)
+    coefficients = torch.round((blocks @ basis.T) / table) * table
+    blocks = (coefficients @ basis + 128).reshape(count, channels, height // 8, width // 8, 8, 8)
     return blocks.transpose(3, 4).reshape(count, channels, height, width)
 
 
