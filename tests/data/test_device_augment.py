@@ -50,7 +50,9 @@ def _hsv_round_trip_error(image: np.ndarray) -> tuple[float, float]:
     return float(difference.mean()), float(difference.max())
 
 
-def _assert_within_hsv_quantisation(got: np.ndarray, expected: np.ndarray, image: np.ndarray) -> None:
+def _assert_within_hsv_quantisation(
+    got: np.ndarray, expected: np.ndarray, image: np.ndarray
+) -> None:
     # Both sides quantise differently (OpenCV: 180 hue levels and uint8 S/V), so allow twice
     # OpenCV's own round-trip error.
     mean_floor, max_floor = _hsv_round_trip_error(image)
@@ -151,7 +153,9 @@ def test_hue_saturation_value_matches_albumentations() -> None:
     for hue, sat, val in [(8.0, 20.0, -15.0), (-6.0, -20.0, 15.0), (0.0, 0.0, 10.0)]:
         expected = transform.apply(image, hue_shift=hue, sat_shift=sat, val_shift=val)
         got = _numpy(
-            ops.shift_hsv(_batch(image), torch.tensor([hue]), torch.tensor([sat]), torch.tensor([val]))
+            ops.shift_hsv(
+                _batch(image), torch.tensor([hue]), torch.tensor([sat]), torch.tensor([val])
+            )
         )
         _assert_within_hsv_quantisation(got, expected, image)
 
@@ -205,7 +209,9 @@ def test_vignette_equals_the_cpu_transform_and_leaves_the_mask() -> None:
     got = ops.circular_vignette(
         _batch(image), torch.tensor([[0.52, 0.47]]), torch.tensor([0.8]), torch.tensor([12])
     )
-    np.testing.assert_array_equal(_numpy(got), apply_circular_vignette(image, (0.52, 0.47), 0.8, 12))
+    np.testing.assert_array_equal(
+        _numpy(got), apply_circular_vignette(image, (0.52, 0.47), 0.8, 12)
+    )
     params = {"radius_range": (0.7, 0.9), "center_jitter": 0.05, "fill_range": (0, 20)}
     from skinet.data.augment import CircularVignette
 

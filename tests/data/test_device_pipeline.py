@@ -87,7 +87,7 @@ def test_parameters_follow_albumentations_ranges() -> None:
         A.Affine(scale=(0.75, 1.25), translate_percent=(-0.08, 0.08), rotate=(-30, 30))
     )
     params = affine.draw(4000, generator, torch.device("cpu"))
-    assert 0.75 <= params["scale"].min() and params["scale"].max() <= 1.25
+    assert params["scale"].min() >= 0.75 and params["scale"].max() <= 1.25
     assert not torch.equal(params["scale"][:, 0], params["scale"][:, 1])  # x and y independent
     assert -30 <= params["rotate"].min() < -29.9 and 29.9 < params["rotate"].max() <= 30
     blur = DEVICE_TRANSFORMS["GaussianBlur"](A.GaussianBlur(blur_limit=(3, 5)))
@@ -106,7 +106,9 @@ def test_pixel_statistics_match_the_cpu_pipeline(tiny_raw: dict[str, Any]) -> No
     mask = np.zeros((32, 32), np.uint8)
     count = 600
     split = DeviceResidentSplit(
-        np.repeat(image[None], count, 0), np.repeat(mask[None], count, 0), build_device_augmentation(cfg)
+        np.repeat(image[None], count, 0),
+        np.repeat(mask[None], count, 0),
+        build_device_augmentation(cfg),
     ).to("cpu")
     device_images = split.make_batch(torch.arange(count), epoch=0)[0].numpy()
     transform, normalizer = build_train_transform(cfg), build_normalizer(cfg)
@@ -120,9 +122,7 @@ def test_pixel_statistics_match_the_cpu_pipeline(tiny_raw: dict[str, Any]) -> No
         np.testing.assert_allclose(device_stat, cpu_stat, atol=0.08)
 
 
-@pytest.mark.parametrize(
-    "recipe", [None, "transforms_dermoscopy.yaml", "transforms_robust.yaml"]
-)
+@pytest.mark.parametrize("recipe", [None, "transforms_dermoscopy.yaml", "transforms_robust.yaml"])
 def test_every_shipped_recipe_has_a_device_version(tiny_raw: dict[str, Any], recipe) -> None:
     tiny_raw["TRAIN_CONFIG"]["augment_on"] = "device"
     if recipe is not None:
@@ -143,17 +143,23 @@ def test_a_transform_without_device_version_is_refused_by_name(tiny_raw: dict[st
     with pytest.raises(ConfigError) as caught:
         parse_config(tiny_raw)
     message = str(caught.value)
-    assert "TRANSFORM_CONFIG.train_transforms[1] (ElasticTransform) has no device version" in message
+    assert (
+        "TRANSFORM_CONFIG.train_transforms[1] (ElasticTransform) has no device version" in message
+    )
     assert "TRANSFORM_CONFIG.train_transforms[2] (Affine): fit_output=True" in message
     assert "TRAIN_CONFIG.augment_on" in message and "[0]" not in message
     tiny_raw["TRAIN_CONFIG"]["augment_on"] = "cpu"
     parse_config(tiny_raw)  # the CPU pipeline has them all
 
 
-def test_device_augmentation_needs_the_ram_cache(tiny_raw: dict[str, Any]) -> None:
-    tiny_raw["TRAIN_CONFIG"].update({"augment_on": "device", "cache_in_ram": False})
-    with pytest.raises(ConfigError, match="augment_on: device needs TRAIN_CONFIG.cache_in_ram"):
-        parse_config(tiny_raw)
+def test_device_augmentation_caches_the_training_split_anyway(tiny_config) -> None:
+    from skinet.data.loaders import build_dataset
+
+    cfg = tiny_config.model_copy(deep=True)
+    cfg.train.cache_in_ram = False
+    cfg.train.augment_on = "device"
+    assert build_dataset(cfg, "train").cached
+    assert not build_dataset(cfg, "val").cached
 
 
 def test_make_batch_before_to_is_a_clear_error(tiny_raw: dict[str, Any]) -> None:

@@ -99,11 +99,6 @@ class ExperimentConfig(BaseModel):
     def _check_device_augmentation(self) -> ExperimentConfig:
         if self.train.augment_on != "device":
             return self
-        if not self.train.cache_in_ram:
-            raise ValueError(
-                "TRAIN_CONFIG.augment_on: device needs TRAIN_CONFIG.cache_in_ram: true (the "
-                "cached split is what moves to the device)"
-            )
         from skinet.data.device_pipeline import check_device_transforms
 
         errors = check_device_transforms(self.transform.train_transforms)

@@ -124,7 +124,7 @@ class TrainConfig(Section):
     cache_in_ram: bool = True
     """Decode and resize the dataset once and keep it in RAM."""
     augment_on: Literal["cpu", "device"] = "cpu"
-    """``device``: keep the cached training split on the accelerator and augment batches there."""
+    """``device``: keep the training split (always cached) on the accelerator and augment there."""
     use_torch_compile: bool = False
     """Wrap the model with ``torch.compile``."""
     torch_compile_backend: str = "inductor"

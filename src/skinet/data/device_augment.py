@@ -23,7 +23,7 @@ _LUMA = (0.299, 0.587, 0.114)
 
 
 def rot90(batch: Tensor, factors: Tensor) -> Tensor:
-    """Rotate each square sample by ``factors[i]`` quarter turns counter-clockwise (``np.rot90``)."""
+    """Rotate each square sample by ``factors[i]`` quarter turns anticlockwise (``np.rot90``)."""
     out = batch.clone()
     for k in (1, 2, 3):
         chosen = factors == k
@@ -65,9 +65,7 @@ def compute_affine_matrices(
     return from_origin @ shift @ shearing @ rotation @ scaling @ to_origin
 
 
-def warp_affine(
-    batch: Tensor, matrices: Tensor, mode: str, fill: float = 0.0
-) -> Tensor:
+def warp_affine(batch: Tensor, matrices: Tensor, mode: str, fill: float = 0.0) -> Tensor:
     """``cv2.warpAffine`` with a constant border, per sample, via ``affine_grid``/``grid_sample``.
 
     Args:

@@ -1,4 +1,4 @@
-"""``TRANSFORM_CONFIG.train_transforms`` as batched tensor ops (``TRAIN_CONFIG.augment_on: device``).
+"""``TRANSFORM_CONFIG.train_transforms`` as batched tensor ops (``augment_on: device``).
 
 Each entry is built with albumentations first (so names, defaults and range parsing are
 albumentations' own: ``brightness: 0.15`` becomes ``(0.85, 1.15)`` exactly as on the CPU), then
@@ -44,7 +44,7 @@ class DeviceOp:
         return {}
 
     def apply(self, images: Tensor, masks: Tensor, params: Params) -> tuple[Tensor, Tensor]:
-        """The op on chosen samples: float images ``(n, 3, H, W)`` in [0, 255], masks ``(n, 1, H, W)``."""
+        """The op on chosen samples: images ``(n, 3, H, W)`` in [0, 255], masks ``(n, 1, H, W)``."""
         raise NotImplementedError
 
     def __call__(
@@ -70,7 +70,9 @@ class DeviceOp:
 
 
 def _uniform(bounds: Any, count: int, generator: torch.Generator, device: torch.device) -> Tensor:
-    low, high = (float(bounds), float(bounds)) if np.isscalar(bounds) else map(float, bounds)
+    """Floats in ``[low, high)`` from a ``(low, high)`` pair (a number means that number)."""
+    low, high = (bounds, bounds) if isinstance(bounds, int | float) else bounds
+    low, high = float(low), float(high)
     return low + (high - low) * torch.rand(count, generator=generator, device=device)
 
 
@@ -130,13 +132,19 @@ class AffineOp(DeviceOp):
             fractions = None
         else:
             ranges = t.translate_percent or {"x": 0.0, "y": 0.0}
-            fractions = torch.stack([_uniform(ranges[k], count, generator, device) for k in "xy"], 1)
+            fractions = torch.stack(
+                [_uniform(ranges[k], count, generator, device) for k in "xy"], 1
+            )
             translate = []
         shear = torch.stack([-_uniform(t.shear[k], count, generator, device) for k in "xy"], 1)
         scale = torch.stack([_uniform(t.scale[k], count, generator, device) for k in "xy"], 1)
         if t.keep_ratio:
             scale[:, 1] = scale[:, 0]
-        params = {"shear": shear, "scale": scale, "rotate": _uniform(t.rotate, count, generator, device)}
+        params = {
+            "shear": shear,
+            "scale": scale,
+            "rotate": _uniform(t.rotate, count, generator, device),
+        }
         if fractions is not None:
             params["translate_fraction"] = fractions
         else:
@@ -162,7 +170,7 @@ class AffineOp(DeviceOp):
 
 
 class ColorJitterOp(DeviceOp):
-    """Brightness, contrast, saturation and hue, in a random order per sample (as albumentations)."""
+    """Brightness, contrast, saturation and hue in a random order per sample, as albumentations."""
 
     _STEPS: tuple[Callable[[Tensor, Tensor], Tensor], ...] = (
         ops.adjust_brightness,
@@ -174,7 +182,9 @@ class ColorJitterOp(DeviceOp):
 
     def draw(self, count: int, generator: torch.Generator, device: torch.device) -> Params:
         t: Any = self.transform
-        params = {name: _uniform(getattr(t, name), count, generator, device) for name in self._NAMES}
+        params = {
+            name: _uniform(getattr(t, name), count, generator, device) for name in self._NAMES
+        }
         params["order"] = torch.rand(count, 4, generator=generator, device=device).argsort(dim=1)
         return params
 
@@ -225,7 +235,9 @@ class HueSaturationValueOp(DeviceOp):
         return {n: _uniform(getattr(t, f"{n}_limit"), count, generator, device) for n in names}
 
     def apply(self, images: Tensor, masks: Tensor, params: Params) -> tuple[Tensor, Tensor]:
-        shifted = ops.shift_hsv(images, params["hue_shift"], params["sat_shift"], params["val_shift"])
+        shifted = ops.shift_hsv(
+            images, params["hue_shift"], params["sat_shift"], params["val_shift"]
+        )
         return shifted, masks
 
 
@@ -252,7 +264,7 @@ class GaussianBlurOp(DeviceOp):
 
 
 class ImageCompressionOp(DeviceOp):
-    """JPEG approximated by DCT quantisation (:func:`~skinet.data.device_augment.jpeg_approximation`)."""
+    """JPEG approximated by DCT quantisation (:func:`.device_augment.jpeg_approximation`)."""
 
     @classmethod
     def refuse(cls, transform: A.BasicTransform) -> str | None:
@@ -281,7 +293,9 @@ class CircularVignetteOp(DeviceOp):
         }
 
     def apply(self, images: Tensor, masks: Tensor, params: Params) -> tuple[Tensor, Tensor]:
-        return ops.circular_vignette(images, params["center"], params["radius"], params["fill"]), masks
+        return ops.circular_vignette(
+            images, params["center"], params["radius"], params["fill"]
+        ), masks
 
 
 DEVICE_TRANSFORMS: dict[str, type[DeviceOp]] = {

@@ -94,16 +94,18 @@ def find_device_split(loader: object) -> DeviceResidentSplit | None:
     return dataset if isinstance(dataset, DeviceResidentSplit) else None
 
 
-def build_device_split(dataset: SegmentationDataset, augmentation: DeviceAugmentation) -> DeviceResidentSplit:
+def build_device_split(
+    dataset: SegmentationDataset, augmentation: DeviceAugmentation
+) -> DeviceResidentSplit:
     """The device-resident version of a cached training dataset.
 
     Raises:
-        ValueError: the dataset is not cached (``TRAIN_CONFIG.cache_in_ram: false``).
+        ValueError: the dataset holds no cached arrays.
     """
     if dataset.images is None or dataset.masks is None:
         raise ValueError(
-            "TRAIN_CONFIG.augment_on: device needs the cached split: set "
-            "TRAIN_CONFIG.cache_in_ram: true"
+            f"TRAIN_CONFIG.augment_on: device needs the cached {dataset.split or 'training'} "
+            "split; build it with build_dataset (which caches it for augment_on: device)"
         )
     return DeviceResidentSplit(dataset.images, dataset.masks, augmentation)
 

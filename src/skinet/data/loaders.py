@@ -274,7 +274,9 @@ def build_dataset(
         samples = splits[split]
     data = cfg.data
     preprocessing = build_preprocessing(cfg)
-    decoded = decode_split(samples, preprocessing, keep=cfg.train.cache_in_ram, split=split)
+    # augment_on: device moves the cached training split to the accelerator: always cache it.
+    keep = cfg.train.cache_in_ram or (split == "train" and cfg.train.augment_on == "device")
+    decoded = decode_split(samples, preprocessing, keep=keep, split=split)
     if decoded.problems:
         raise DatasetError(decoded.problems)
     dataset = SegmentationDataset(
