@@ -91,6 +91,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--device", default="cpu", help="device of the device path (cpu, cuda)")
     parser.add_argument("--model-steps", type=int, default=6, help="UNet2D steps (cuda only)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="torch intra-op threads of the device path on CPU (1 is faster on a busy machine)",
+    )
     parser.add_argument("--quick", action="store_true", help="32 images, 2 epochs, batch 8")
     args = parser.parse_args()
     if args.quick:
@@ -102,7 +108,7 @@ def main() -> None:
     from skinet.config import parse_config
     from skinet.data.loaders import resolve_root
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(max(1, args.threads))
     data_root = Path(tempfile.mkdtemp(prefix="bench_device_augment_"))
     recipe = yaml.safe_load((REPO / "configs" / "transforms_robust.yaml").read_text())
 
@@ -133,7 +139,7 @@ def main() -> None:
     print(
         f"generated {args.num_train} synthetic {args.image_size}px images in "
         f"{time.perf_counter() - start:.1f} s; {os.cpu_count()} CPUs; batch {args.batch_size}; "
-        f"{args.epochs - 1} timed epochs; robust recipe"
+        f"{args.epochs - 1} timed epochs; {torch.get_num_threads()} torch threads; robust recipe"
     )
     workers = time_worker_pipeline(config("cpu", args.workers), args.epochs)
     print(f"worker pipeline ({args.workers} workers, albumentations): {workers:8.1f} images/s")
