@@ -41,8 +41,9 @@ class TrainerReached(Exception):
     pass
 
 
+@pytest.mark.parametrize("augment_on", ["cpu", "device"])
 def test_no_cuda_call_before_the_trainer(
-    tiny_raw: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_raw: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, augment_on: str
 ) -> None:
     assert not torch.cuda.is_initialized()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -60,7 +61,9 @@ def test_no_cuda_call_before_the_trainer(
 
     monkeypatch.setattr(run_module, "build_trainer", stop_at_trainer)
     raw = tiny_raw
-    raw["TRAIN_CONFIG"].update({"accelerator": "auto", "use_mlflow_logger": False})
+    raw["TRAIN_CONFIG"].update(
+        {"accelerator": "auto", "use_mlflow_logger": False, "augment_on": augment_on}
+    )
     cfg = parse_config(raw)
     assert cfg.train.resolved_accelerator == "gpu"  # the CUDA branches are taken
 

@@ -95,6 +95,17 @@ class ExperimentConfig(BaseModel):
             section._derive("mode", mode)
         return self
 
+    @model_validator(mode="after")
+    def _check_device_augmentation(self) -> ExperimentConfig:
+        if self.train.augment_on != "device":
+            return self
+        from skinet.data.device_pipeline import check_device_transforms
+
+        errors = check_device_transforms(self.transform.train_transforms)
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
+
     def to_yaml_dict(self) -> dict[str, Any]:
         """The resolved config as plain data with the YAML section names."""
         return self.model_dump(mode="json", by_alias=True)

@@ -123,6 +123,8 @@ class TrainConfig(Section):
     """Batches pre-loaded per worker; ignored when ``num_workers`` is 0."""
     cache_in_ram: bool = True
     """Decode and resize the dataset once and keep it in RAM."""
+    augment_on: Literal["cpu", "device"] = "cpu"
+    """``device``: keep the training split (always cached) on the accelerator and augment there."""
     use_torch_compile: bool = False
     """Wrap the model with ``torch.compile``."""
     torch_compile_backend: str = "inductor"

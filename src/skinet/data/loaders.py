@@ -306,7 +306,9 @@ def build_dataset(
         samples = splits[split]
     data = cfg.data
     preprocessing = build_preprocessing(cfg)
-    decoded = decode_split(samples, preprocessing, keep=cfg.train.cache_in_ram, split=split)
+    # augment_on: device moves the cached training split to the accelerator: always cache it.
+    keep = cfg.train.cache_in_ram or (split == "train" and cfg.train.augment_on == "device")
+    decoded = decode_split(samples, preprocessing, keep=keep, split=split)
     if decoded.problems:
         raise DatasetError(decoded.problems)
     dataset = SegmentationDataset(
@@ -388,12 +390,15 @@ def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> D
         "prefetch_factor": train_cfg.prefetch_factor,
     }
     # Dropping a ragged last batch keeps batch-norm away from a batch of one sample.
-    train = RepeatDataLoader(
-        train_ds,
-        sampler=EpochShuffleSampler(train_ds),
-        drop_last=len(train_ds) >= batch_size * world_size,
-        **common,
-    )
+    drop_last = len(train_ds) >= batch_size * world_size
+    if train_cfg.augment_on == "device":
+        from skinet.data.device_split import build_device_train_loader
+
+        train = build_device_train_loader(cfg, train_ds, drop_last)
+    else:
+        train = RepeatDataLoader(
+            train_ds, sampler=EpochShuffleSampler(train_ds), drop_last=drop_last, **common
+        )
     val = RepeatDataLoader(val_ds, sampler=EvalDistributedSampler(val_ds), **common)
     test = (
         RepeatDataLoader(test_ds, sampler=EvalDistributedSampler(test_ds), **common)

@@ -18,6 +18,7 @@ from skinet.checkpoint_format import (
     CheckpointPayload,
 )
 from skinet.config import ExperimentConfig, parse_config
+from skinet.data.device_split import DeviceResidentSplit, find_device_split
 from skinet.keys import MetricsKey
 from skinet.models import UNet2D, compile_model, match_state_dict_keys
 from skinet.training.losses import build_loss
@@ -121,6 +122,21 @@ class LightningModel(L.LightningModule):
         self.val_sweep = ThresholdSweep(fixed_threshold=fixed)
         # Rebuilt in on_test_epoch_start at the threshold chosen by then.
         self.test_sweep = ThresholdSweep(fixed_threshold=self.threshold_used)
+        # TRAIN_CONFIG.augment_on: device: the training split, on this module's device in fit.
+        self.device_split: DeviceResidentSplit | None = None
+
+    def on_train_start(self) -> None:
+        split = find_device_split(self.trainer.train_dataloader)
+        self.device_split = split.to(self.device) if split is not None else None
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if self.device_split is not None and self.trainer.training and isinstance(batch, Tensor):
+            return self.device_split.make_batch(batch, self.current_epoch, self.global_rank)
+        return batch
+
+    def on_train_end(self) -> None:
+        if self.device_split is not None:
+            self.device_split.release()
 
     def forward(self, images: Tensor) -> Tensor:
         """Raw logits ``(B, num_output_classes, H, W)``."""
