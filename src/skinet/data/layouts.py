@@ -96,7 +96,9 @@ def _pair_folder(
             if mask_dir.is_dir():
                 hint = suggest_mask_suffix(image_path.stem, stem, masks)
                 problems.append(
-                    Problem(image_path, f"missing mask (expected {mask_dir / stem}.png){hint}", split)
+                    Problem(
+                        image_path, f"missing mask (expected {mask_dir / stem}.png){hint}", split
+                    )
                 )
             continue
         used.add(stem)
