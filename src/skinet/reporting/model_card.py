@@ -8,8 +8,11 @@ metrics; nothing here imports Lightning, so ``skinet export`` can write the card
 from __future__ import annotations
 
 import math
+import shlex
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import yaml
 
@@ -43,6 +46,12 @@ class CardInputs:
     checkpoint: str | None = None
     members: list[str] = field(default_factory=list)
     """Checkpoints of an ensemble (empty for one model)."""
+
+
+def invoked_command() -> str:
+    """The command line of this process, as a user would type it again."""
+    program = Path(sys.argv[0]).name if sys.argv else "skinet"
+    return shlex.join([program, *sys.argv[1:]])
 
 
 def _figure(value: float | None) -> str:
@@ -117,9 +126,15 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         "## Training data",
         "",
         f"- Dataset: `{data.dataset}` at `{data.data_dir}`.",
-        f"- Samples per split: {counts}.",
-        f"- Split: {split_source}; the split used is `splits.csv` beside this card "
-        f"(SHA-256 `{inputs.split_file_sha256 or 'n/a'}`).",
+        *(
+            [
+                f"- Samples per split: {counts}.",
+                f"- Split: {split_source}; the split used is `splits.csv` beside this card "
+                f"(SHA-256 `{inputs.split_file_sha256 or 'n/a'}`).",
+            ]
+            if inputs.split_counts
+            else ["- Splits: see `splits.csv` and `MODEL_CARD.md` in each member's run folder."]
+        ),
         "",
         "## Training procedure",
         "",

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
-import shlex
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skinet.config import ExperimentConfig
 from skinet.data.splits import SPLIT_FILE_NAME, split_file_sha256, write_split_file
-from skinet.reporting.model_card import MODEL_CARD_FILE, CardInputs, build_model_card
+from skinet.reporting.model_card import (
+    MODEL_CARD_FILE,
+    CardInputs,
+    build_model_card,
+    invoked_command,
+)
 from skinet.tracking import resolve_tracking_uri
 from skinet.tracking import runs as tracking_runs
 
@@ -19,12 +22,6 @@ if TYPE_CHECKING:
     from skinet.training.run import RunResult
 
 log = logging.getLogger(__name__)
-
-
-def invoked_command() -> str:
-    """The command line of this process, as a user would type it again."""
-    program = Path(sys.argv[0]).name if sys.argv else "skinet"
-    return shlex.join([program, *sys.argv[1:]])
 
 
 def write_run_records(cfg: ExperimentConfig, result: RunResult, loaders: DataLoaders) -> Path:
