@@ -116,6 +116,7 @@ def run_cv(
         overrides = {
             "DATA_CONFIG.split_file": str(split_file.resolve()),
             "TRAIN_CONFIG.output_dir": str(cv_dir),
+            "DATA_CONFIG.max_samples_per_split": None,  # the folds are already cut from it
             # the default store lives in output_dir: keep the folds beside their parent run
             "TRAIN_CONFIG.mlflow_config.tracking_uri": resolve_tracking_uri(cfg),
         }
