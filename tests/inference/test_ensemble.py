@@ -125,3 +125,17 @@ def test_predict_cli_takes_a_cv_folder_as_an_ensemble(
     (cv_dir / "results" / "fold_2.json").unlink()
     with pytest.raises(EnsembleError, match="not a finished `skinet cv` folder"):
         EnsemblePredictor.from_checkpoints([cv_dir], device="cpu")
+
+
+def test_incompatible_ensemble_through_the_cli_is_a_usage_error(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    config = load_checkpoint(trained_checkpoint).config.to_yaml_dict()
+    config["DATA_CONFIG"]["normalization_mode"] = "image_per_channel"
+    other = rewrite_checkpoint(trained_checkpoint, tmp_path / "other.ckpt", config=config)
+    image = tmp_path / "a.png"
+    write_rgb(image, 32, 32)
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), str(other), "--input", str(image)]
+    assert run_cli([*argv, "--output", str(tmp_path / "one")]) == 2
+    assert not (tmp_path / "one").exists()
+    assert run_cli([*argv[:3], *argv[4:], "--output", str(tmp_path / "two")]) == 0

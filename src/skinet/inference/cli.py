@@ -234,7 +234,7 @@ class _OneOrTwoValues(argparse.Action):
 
 def run_export(args: argparse.Namespace) -> int:
     """Export with sigmoid, write the sidecar, check parity; 1 when parity fails."""
-    from skinet.inference.export import ExportError, export_checkpoint, sidecar_path
+    from skinet.inference.export import ExportError, card_path, export_checkpoint, sidecar_path
 
     try:
         parity = export_checkpoint(
@@ -245,7 +245,12 @@ def run_export(args: argparse.Namespace) -> int:
             raise
         log.error("%s", error)
         return 1
-    log.info("exported %s (+ %s)", args.output, sidecar_path(args.output).name)
+    log.info(
+        "exported %s (+ %s, %s)",
+        args.output,
+        sidecar_path(args.output).name,
+        card_path(args.output).name,
+    )
     if parity is not None:
         log.info(
             "parity: max |exported - PyTorch| = %.3g (tolerance %g)",

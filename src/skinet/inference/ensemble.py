@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from skinet.config import ExperimentConfig
+from skinet.config import ExperimentConfig, UsageError
 from skinet.data.preprocess import build_preprocessing
 from skinet.inference.checkpoint import SkinetCheckpoint, build_model, load_checkpoint
 from skinet.inference.predictor import Predictor
@@ -29,8 +29,8 @@ CV_RESULTS_DIR = "results"
 """Where ``skinet cv`` writes each fold's ``fold_<i>.json`` (with its best checkpoint)."""
 
 
-class EnsembleError(ValueError):
-    """The checkpoints cannot form an ensemble (none found, or trained incompatibly)."""
+class EnsembleError(UsageError):
+    """The checkpoints cannot form an ensemble (not found, or trained incompatibly): exit 2."""
 
 
 def resolve_checkpoints(paths: Sequence[str | Path]) -> list[Path]:
