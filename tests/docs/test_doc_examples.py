@@ -60,7 +60,7 @@ TINY = [
     "DATA_CONFIG.image_size=32",
 ]
 """Overrides appended to every command that takes ``--set`` (after its own, so they win)."""
-TRAINING = ("train", "sweep", "seeds", "ablation")
+TRAINING = ("train", "sweep", "seeds", "ablation", "cv")
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,14 @@ def _link_inputs(folder: Path, dataset: Path) -> None:
     shutil.copytree(images, folder / "photos")
     shutil.copytree(masks, folder / "ISIC-2017_Test_v2_Part1_GroundTruth")
     shutil.copy(next(images.glob("*.jpg")), folder / "ISIC_0000000.jpg")
+    # own_data.md's clinic: a folder layout of X.jpg + X_mask.png
+    for image_dir, mask_dir in ISIC2017_FOLDERS.values():
+        for sub in ("images", "masks"):
+            (folder / "clinic" / sub).mkdir(parents=True, exist_ok=True)
+        for image in (dataset / image_dir).glob("*.jpg"):
+            shutil.copy(image, folder / "clinic" / "images" / image.name)
+            mask = dataset / mask_dir / f"{image.stem}_segmentation.png"
+            shutil.copy(mask, folder / "clinic" / "masks" / f"{image.stem}_mask.png")
 
 
 @pytest.fixture(scope="module")

@@ -44,6 +44,9 @@ class DataConfig(Section):
     """Validation share when the dataset has no official split."""
     test_fraction: float = Field(0.15, ge=0.0, lt=1.0)
     """Test share when the dataset has no official split."""
+    split_file: str | None = None
+    """CSV ``id,split`` (split: ``train``/``val``/``test``) fixing every sample's split, as
+    written to ``splits.csv`` in each run folder; overrides official and carved splits."""
     mask_suffix: str = "_segmentation"
     """Mask file stem suffix of the ``folder`` layout (``X.jpg`` pairs with ``X<suffix>.png``)."""
     normalization_mode: Literal["standard", "image_per_channel"] = "standard"

@@ -70,7 +70,9 @@ def _read_bytes_checked(path: Path) -> np.ndarray:
 
 def _decode(path: Path) -> np.ndarray:
     buffer = _read_bytes_checked(path)
-    array = cv2.imdecode(buffer, cv2.IMREAD_UNCHANGED)
+    # IMREAD_UNCHANGED ignores the EXIF orientation; ANYDEPTH | ANYCOLOR keeps 16 bits and
+    # greyscale but rotates the pixels upright (alpha is dropped; nothing here uses it).
+    array = cv2.imdecode(buffer, cv2.IMREAD_ANYDEPTH | cv2.IMREAD_ANYCOLOR)
     if array is None or array.size == 0:
         raise DecodeError("cannot decode (corrupt or unsupported format)")
     return array

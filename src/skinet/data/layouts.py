@@ -94,8 +94,11 @@ def _pair_folder(
         mask_path = masks.get(stem)
         if mask_path is None:
             if mask_dir.is_dir():
+                hint = suggest_mask_suffix(image_path.stem, stem, masks)
                 problems.append(
-                    Problem(image_path, f"missing mask (expected {mask_dir / stem}.png)", split)
+                    Problem(
+                        image_path, f"missing mask (expected {mask_dir / stem}.png){hint}", split
+                    )
                 )
             continue
         used.add(stem)
@@ -104,6 +107,22 @@ def _pair_folder(
         if stem not in used and not stem.endswith("_superpixels"):
             problems.append(Problem(mask_path, "mask without an image", split))
     return samples, problems
+
+
+def suggest_mask_suffix(image_stem: str, expected: str, masks: dict[str, Path]) -> str:
+    """``"; found X_mask.png: set DATA_CONFIG.mask_suffix: _mask"`` when such a mask exists."""
+    suffixes = [
+        m[len(image_stem) :]
+        for m in masks
+        if m.startswith(image_stem) and m != expected and not m[len(image_stem) :][:1].isalnum()
+    ]
+    if not suffixes:
+        return ""
+    suffix = min(suffixes, key=len)
+    return (
+        f"; found {masks[image_stem + suffix].name}: set DATA_CONFIG.mask_suffix: "
+        f"{suffix or repr('')}"
+    )
 
 
 def _read_official(

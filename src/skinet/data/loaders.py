@@ -233,7 +233,12 @@ def index_dataset(
     """The layout's pairs and their train/val/test assignment (truncated by ``max_samples``)."""
     data = _data_cfg(cfg)
     index = read_layout(resolve_root(data), data.dataset, data.mask_suffix)
-    splits = assign_splits(index, data.split_random_seed, data.val_fraction, data.test_fraction)
+    if data.split_file is not None:
+        from skinet.data.splits import apply_split_file
+
+        splits = apply_split_file(index, data.split_file)
+    else:
+        splits = assign_splits(index, data.split_random_seed, data.val_fraction, data.test_fraction)
     if data.max_samples_per_split is not None:
         splits = {name: pairs[: data.max_samples_per_split] for name, pairs in splits.items()}
     return index, splits

@@ -20,6 +20,14 @@ log = logging.getLogger("skinet")
 
 Handler = Callable[[argparse.Namespace], int]
 
+CHECKPOINTS: dict[str, Any] = {
+    "nargs": "+",
+    "type": Path,
+    "metavar": "CKPT",
+    "help": "a .ckpt from training; several, or a `skinet cv` folder, form an ensemble "
+    "(mean of the probabilities)",
+}
+
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -42,9 +50,9 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _build_predictor(args: argparse.Namespace) -> Any:
-    from skinet.inference.predictor import Predictor
+    from skinet.inference.ensemble import build_predictor, describe_threshold
 
-    return Predictor.from_checkpoint(
+    predictor = build_predictor(
         args.checkpoint,
         device=args.device,
         threshold=args.threshold,
@@ -53,6 +61,13 @@ def _build_predictor(args: argparse.Namespace) -> Any:
         fill_holes=args.fill_holes,
         batch_size=args.batch_size,
     )
+    log.info("%s", describe_threshold(predictor, args.threshold))
+    return predictor
+
+
+def _checkpoint_info(args: argparse.Namespace) -> str | list[str]:
+    paths = [str(p) for p in args.checkpoint]
+    return paths[0] if len(paths) == 1 else paths
 
 
 def _report_failures(failures: dict[Any, str], what: str, total: int) -> None:
@@ -98,6 +113,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     elif args.checkpoint is not None:
         predictor = _build_predictor(args)
         samples = select_samples(predictor.config, args.data, args.dataset, args.split)
+        tuned = _tune_threshold(predictor, samples, args) if args.tune_threshold else None
         log.info("evaluating %d image(s) of split %r", len(samples), args.split)
         result = evaluate_predictor(
             predictor,
@@ -106,9 +122,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
             gallery_size=args.gallery,
         )
         result.info.update(
-            checkpoint=str(args.checkpoint),
+            checkpoint=_checkpoint_info(args),
             split=args.split,
             threshold=predictor.threshold,
+            threshold_tuned_on=args.split if tuned is not None else None,
             tta=args.tta,
             keep_largest=args.keep_largest,
             fill_holes=args.fill_holes,
@@ -124,6 +141,22 @@ def run_evaluate(args: argparse.Namespace) -> int:
     log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
     _report_failures(result.failures, "images", len(result.metrics) + len(result.failures))
     return result.exit_code
+
+
+def _tune_threshold(predictor: Any, samples: list[Any], args: argparse.Namespace) -> Any:
+    from skinet.inference.tuning import tune_threshold
+
+    if args.threshold is not None:
+        raise UsageError("--tune-threshold picks the threshold: do not give --threshold too")
+    tuned = tune_threshold(predictor, samples)
+    predictor.threshold = tuned.threshold
+    print(
+        f"tuned threshold on split {args.split!r} ({tuned.num_images} images): "
+        f"{tuned.threshold:.2f} (pooled Dice {tuned.dice:.4f})"
+    )
+    if args.split == "test":
+        log.warning("the threshold was tuned on the test split: its scores are optimistic")
+    return tuned
 
 
 def run_robustness(args: argparse.Namespace) -> int:
@@ -158,7 +191,7 @@ def run_robustness(args: argparse.Namespace) -> int:
     log.info("%d image(s) x %d conditions (seed %d)", len(samples), len(shifts) + 1, args.seed)
     result = evaluate_under_shifts(predictor, samples, shifts, seed=args.seed)
     result.info.update(
-        checkpoint=str(args.checkpoint),
+        checkpoint=_checkpoint_info(args),
         **where,
         threshold=predictor.threshold,
         image_size=predictor.image_size,
@@ -201,7 +234,7 @@ class _OneOrTwoValues(argparse.Action):
 
 def run_export(args: argparse.Namespace) -> int:
     """Export with sigmoid, write the sidecar, check parity; 1 when parity fails."""
-    from skinet.inference.export import ExportError, export_checkpoint, sidecar_path
+    from skinet.inference.export import ExportError, card_path, export_checkpoint, sidecar_path
 
     try:
         parity = export_checkpoint(
@@ -212,7 +245,12 @@ def run_export(args: argparse.Namespace) -> int:
             raise
         log.error("%s", error)
         return 1
-    log.info("exported %s (+ %s)", args.output, sidecar_path(args.output).name)
+    log.info(
+        "exported %s (+ %s, %s)",
+        args.output,
+        sidecar_path(args.output).name,
+        card_path(args.output).name,
+    )
     if parity is not None:
         log.info(
             "parity: max |exported - PyTorch| = %.3g (tolerance %g)",
@@ -228,7 +266,7 @@ def add_inference_subcommands(subparsers: Any) -> None:
     from skinet.inference.export import DEFAULT_OPSET, DEFAULT_TOLERANCE
 
     predict = subparsers.add_parser("predict", help="segment images with a trained checkpoint")
-    predict.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt from training")
+    predict.add_argument("--checkpoint", required=True, **CHECKPOINTS)
     predict.add_argument("--input", required=True, type=Path, help="an image file or folder")
     predict.add_argument("--output", required=True, type=Path, help="folder for <stem>_mask.png")
     _add_model_options(predict)
@@ -246,7 +284,12 @@ def add_inference_subcommands(subparsers: Any) -> None:
     evaluate = subparsers.add_parser(
         "evaluate", help="per-image Jaccard/Dice of a checkpoint or of predicted masks"
     )
-    evaluate.add_argument("--checkpoint", type=Path, help="a .ckpt from training")
+    evaluate.add_argument("--checkpoint", **CHECKPOINTS)
+    evaluate.add_argument(
+        "--tune-threshold",
+        action="store_true",
+        help="pick the Dice-optimal threshold on --split, print it, and score with it",
+    )
     evaluate.add_argument(
         "--data", type=Path, help="dataset folder (default: the checkpoint's DATA_CONFIG)"
     )
@@ -279,7 +322,7 @@ def add_inference_subcommands(subparsers: Any) -> None:
     robustness = subparsers.add_parser(
         "robustness", help="mean per-image Jaccard of a checkpoint under device-like shifts"
     )
-    robustness.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt from training")
+    robustness.add_argument("--checkpoint", required=True, **CHECKPOINTS)
     robustness.add_argument(
         "--data", type=Path, help="dataset folder (default: the checkpoint's DATA_CONFIG)"
     )
@@ -307,7 +350,7 @@ def add_inference_subcommands(subparsers: Any) -> None:
     export = subparsers.add_parser(
         "export", help="export the model (with sigmoid) to ONNX or TorchScript"
     )
-    export.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt from training")
+    export.add_argument("--checkpoint", required=True, **CHECKPOINTS)
     export.add_argument("--format", required=True, choices=("onnx", "torchscript"))
     export.add_argument("--output", required=True, type=Path, help="the exported file")
     export.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset version")

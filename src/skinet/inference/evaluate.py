@@ -23,6 +23,7 @@ from skinet.data.errors import DatasetError
 from skinet.data.io import DecodeError, read_image, read_mask
 from skinet.data.layouts import MASK_SUFFIXES, Sample, assign_splits, read_layout
 from skinet.data.loaders import resolve_root
+from skinet.data.splits import apply_split_file
 from skinet.inference.gallery import GALLERY_FILE, FailureGallery
 from skinet.inference.metrics import (
     ISIC2018_JACCARD_CUTOFF,
@@ -118,7 +119,12 @@ def select_samples(
     if split == "all":
         samples = [sample for pairs in index.splits.values() for sample in pairs]
     else:
-        splits = assign_splits(index, data.split_random_seed, data.val_fraction, data.test_fraction)
+        if data.split_file is not None and data_dir is None:  # the training run's own split
+            splits = apply_split_file(index, data.split_file)
+        else:
+            splits = assign_splits(
+                index, data.split_random_seed, data.val_fraction, data.test_fraction
+            )
         samples = splits.get(split, [])
     if not samples:
         raise DatasetError(f"no image/mask pairs in split {split!r} of {root}")

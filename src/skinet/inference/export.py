@@ -16,8 +16,10 @@ import importlib.util
 import io
 import json
 import logging
+import shutil
+import statistics
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,12 @@ from torch import Tensor, nn
 from skinet.data.preprocess import build_preprocessing
 from skinet.inference.checkpoint import SkinetCheckpoint, build_model, load_checkpoint
 from skinet.models import UNet2D
+from skinet.reporting.model_card import (
+    MODEL_CARD_FILE,
+    CardInputs,
+    build_model_card,
+    invoked_command,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +56,7 @@ class ProbabilityModel(nn.Module):
     def __init__(self, model: UNet2D) -> None:
         super().__init__()
         self.model = model
+        self.size_multiple = int(model.size_multiple)
 
     def forward(self, images: Tensor) -> Tensor:
         return torch.sigmoid(self.model(images))
@@ -67,11 +76,12 @@ class ParityResult:
         return self.max_abs_diff <= self.tolerance
 
 
-def _size_multiple(model: UNet2D) -> int:
-    return int(model.size_multiple)
+def _size_multiple(model: nn.Module) -> int:
+    multiple: int = getattr(model, "size_multiple")  # noqa: B009 - UNet2D and the wrappers
+    return int(multiple)
 
 
-def example_shapes(model: UNet2D, image_size: int) -> tuple[tuple[int, ...], ...]:
+def example_shapes(model: nn.Module, image_size: int) -> tuple[tuple[int, ...], ...]:
     """The export input shape and a second one with another batch and spatial size."""
     multiple = _size_multiple(model)
     side = max(multiple, -(-image_size // multiple) * multiple)  # image_size rounded up
@@ -100,10 +110,10 @@ def export_torchscript(model: nn.Module, example: Tensor, output: Path) -> None:
     traced.save(str(output))
 
 
-def export_onnx(model: ProbabilityModel, example: Tensor, output: Path, opset: int) -> None:
+def export_onnx(model: nn.Module, example: Tensor, output: Path, opset: int) -> None:
     """Export with the dynamo exporter; batch free, height and width free multiples."""
     require_onnx()
-    multiple = _size_multiple(model.model)
+    multiple = _size_multiple(model)
     batch = torch.export.Dim("batch", min=1, max=1024)
     # Derived dims make "H is a multiple of size_multiple" part of the graph's contract, so
     # UNet2D's padding branch is resolved symbolically instead of specialised to one size.
@@ -183,7 +193,7 @@ def check_parity(
 
 
 def build_sidecar(
-    checkpoint: SkinetCheckpoint, fmt: ExportFormat, model: UNet2D, opset: int | None
+    checkpoint: SkinetCheckpoint, fmt: ExportFormat, model: nn.Module, opset: int | None
 ) -> dict[str, Any]:
     """What a consumer needs to feed the exported graph and threshold its output."""
     data = checkpoint.config.data
@@ -215,13 +225,17 @@ def sidecar_path(output: Path) -> Path:
 
 
 def export_checkpoint(
-    checkpoint_path: str | Path,
+    checkpoint_path: str | Path | Sequence[str | Path],
     output: str | Path,
     fmt: ExportFormat = "torchscript",
     opset: int = DEFAULT_OPSET,
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> ParityResult | None:
     """Export a checkpoint's model with sigmoid, write the JSON sidecar and check parity.
+
+    Several checkpoints (or a ``skinet cv`` folder) export as one graph returning the mean of
+    the members' probabilities; the sidecar's threshold is the mean of theirs. A model card
+    ``<output>.MODEL_CARD.md`` is written beside the file.
 
     Returns:
         The parity result, or ``None`` for ONNX when onnxruntime is not installed (skipped).
@@ -236,10 +250,9 @@ def export_checkpoint(
         raise ExportError(f"tolerance must be >= 0, got {tolerance}")
     if fmt == "onnx":
         require_onnx()
-    checkpoint = load_checkpoint(checkpoint_path)
-    unet = build_model(checkpoint)
-    wrapper = ProbabilityModel(unet).eval()
-    shapes = example_shapes(unet, checkpoint.config.data.image_size)
+    checkpoints, wrapper = _load_for_export(checkpoint_path)
+    checkpoint = checkpoints[0]
+    shapes = example_shapes(wrapper, checkpoint.config.data.image_size)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     example = torch.randn(shapes[0])
@@ -247,7 +260,11 @@ def export_checkpoint(
         export_torchscript(wrapper, example, output)
     else:
         export_onnx(wrapper, example, output, opset)
-    sidecar = build_sidecar(checkpoint, fmt, unet, opset)
+    sidecar = build_sidecar(checkpoint, fmt, wrapper, opset)
+    if len(checkpoints) > 1:
+        sidecar["threshold"] = statistics.fmean(c.threshold for c in checkpoints)
+        sidecar["checkpoint"] = [str(c.path) for c in checkpoints]
+        sidecar["ensemble"] = "mean of the members' probabilities"
     parity: ParityResult | None = None
     if fmt == "onnx" and importlib.util.find_spec("onnxruntime") is None:
         log.warning("onnxruntime is not installed: parity check skipped (pip install onnxruntime)")
@@ -259,9 +276,54 @@ def export_checkpoint(
             "shapes": [list(s) for s in shapes],
         }
     sidecar_path(output).write_text(json.dumps(sidecar, indent=2))
+    write_export_card(checkpoints, output)
     if parity is not None and not parity.passed:
         raise ExportError(
             f"parity check failed: max |exported - PyTorch| = {parity.max_abs_diff:.3g} > "
             f"tolerance {tolerance:g} on inputs {list(shapes)} ({output})"
         )
     return parity
+
+
+def _load_for_export(
+    paths: str | Path | Sequence[str | Path],
+) -> tuple[list[SkinetCheckpoint], nn.Module]:
+    """The checkpoints and the module to export: one model, or the ensemble's mean."""
+    from skinet.inference.ensemble import (
+        EnsembleProbabilityModel,
+        check_compatible,
+        resolve_checkpoints,
+    )
+
+    listed = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    checkpoints = [load_checkpoint(p) for p in resolve_checkpoints(listed)]
+    check_compatible(checkpoints)
+    if len(checkpoints) == 1:
+        return checkpoints, ProbabilityModel(build_model(checkpoints[0])).eval()
+    return checkpoints, EnsembleProbabilityModel([build_model(c) for c in checkpoints]).eval()
+
+
+def card_path(output: Path) -> Path:
+    """``model.onnx`` -> ``model.onnx.MODEL_CARD.md``."""
+    return output.with_name(output.name + "." + MODEL_CARD_FILE)
+
+
+def write_export_card(checkpoints: Sequence[SkinetCheckpoint], output: Path) -> Path:
+    """The training run's card for one checkpoint inside its run folder; else a new card."""
+    path = card_path(output)
+    run_card = checkpoints[0].path.resolve().parent.parent / MODEL_CARD_FILE
+    if len(checkpoints) == 1 and run_card.is_file():
+        shutil.copyfile(run_card, path)
+        return path
+    first = checkpoints[0]
+    inputs = CardInputs(
+        run_name=output.stem,
+        metrics={"test_threshold_used": statistics.fmean(c.threshold for c in checkpoints)},
+        monitor=first.config.sweep.monitor,
+        split_counts={},
+        members=[str(c.path) for c in checkpoints] if len(checkpoints) > 1 else [],
+        checkpoint=str(first.path) if len(checkpoints) == 1 else None,
+        command=invoked_command(),
+    )
+    path.write_text(build_model_card(first.config, inputs))
+    return path

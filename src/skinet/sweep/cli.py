@@ -120,6 +120,17 @@ def run_ablation_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_cv_command(args: argparse.Namespace) -> int:
+    """``skinet cv``: k-fold cross-validation, resumable."""
+    from skinet.sweep.cv import run_cv
+
+    result = run_cv(_load(args), args.folds)
+    if result.skipped:
+        print(f"folds already finished and not retrained: {result.skipped}")
+    print(f"results: {result.cv_dir / 'cv_results.csv'} and {result.cv_dir / 'cv_results.json'}")
+    return 0
+
+
 def add_sweep_subcommands(subparsers: Any) -> None:
     """Register ``sweep``, ``seeds`` and ``ablation``; each sets ``func`` to its handler."""
     sweep = subparsers.add_parser(
@@ -202,6 +213,19 @@ def add_sweep_subcommands(subparsers: Any) -> None:
         metavar="MODE",
         help=f"merge residual modes (default: all of {', '.join(merge_modes)})",
     )
+    cv = subparsers.add_parser(
+        "cv",
+        help="k-fold cross-validation: one model per fold, mean and std (resumable)",
+        description=(
+            "Pool the training and validation splits, cut them into --folds folds by "
+            "DATA_CONFIG.split_random_seed and train one model per fold, each tested on the "
+            "unchanged test split. Results go to <output_dir>/cv_<experiment_name>_k<folds>; "
+            "run the same command again after an interruption and finished folds are skipped."
+        ),
+    )
+    _add_config_arguments(cv)
+    cv.add_argument("--folds", type=positive_int, default=5, metavar="K", help="(default: 5)")
+    cv.set_defaults(func=run_cv_command)
     sweep.set_defaults(func=run_sweep_command)
     seeds.set_defaults(func=run_seeds_command)
     ablation.set_defaults(func=run_ablation_command)

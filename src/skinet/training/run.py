@@ -21,6 +21,7 @@ from skinet.checkpoint_format import CHECKPOINT_KEY, CheckpointPayload
 from skinet.config import ExperimentConfig
 from skinet.data import build_dataloaders, visualize_augmented_data
 from skinet.inference.checkpoint import CheckpointError, read_checkpoint_file
+from skinet.reporting.run_records import write_run_records
 from skinet.tracking import (
     make_run_name,
     mark_run_failed,
@@ -293,6 +294,7 @@ def run_training(
             if trainer.is_global_zero:
                 summary = {**asdict(result), "monitor": cfg.sweep.monitor}
                 (run_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=str))
+                write_run_records(cfg, result, loaders)  # splits.csv and MODEL_CARD.md
             for logger in held_open:
                 logger.keep_open = False
                 logger.finalize("success")

@@ -1,0 +1,183 @@
+"""Ensembles: several checkpoints whose probabilities are averaged before thresholding.
+
+Members must share their preprocessing (``image_size``, resize mode, padding, colour
+constancy, normalisation): every image is then preprocessed once and fed to every member, and
+the ensemble exports as one graph. Checkpoints trained differently are refused with the field
+that differs. The threshold is the mean of the members' thresholds unless one is given.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from skinet.config import ExperimentConfig, UsageError
+from skinet.data.preprocess import build_preprocessing
+from skinet.inference.checkpoint import SkinetCheckpoint, build_model, load_checkpoint
+from skinet.inference.predictor import Predictor
+from skinet.inference.tta import predict_probs
+from skinet.models import UNet2D
+
+CV_RESULTS_DIR = "results"
+"""Where ``skinet cv`` writes each fold's ``fold_<i>.json`` (with its best checkpoint)."""
+
+
+class EnsembleError(UsageError):
+    """The checkpoints cannot form an ensemble (not found, or trained incompatibly): exit 2."""
+
+
+def resolve_checkpoints(paths: Sequence[str | Path]) -> list[Path]:
+    """Checkpoint files from ``.ckpt`` paths and ``skinet cv`` folders (one per finished fold).
+
+    Raises:
+        EnsembleError: a path does not exist, or a cv folder has no finished fold.
+    """
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            results = sorted(
+                (path / CV_RESULTS_DIR).glob("fold_*.json"),
+                key=lambda p: int(p.stem.split("_")[-1]),
+            )
+            folds = [json.loads(p.read_text()).get("best_checkpoint") for p in results]
+            if not folds or None in folds:
+                raise EnsembleError(
+                    f"{path} is not a finished `skinet cv` folder (no {CV_RESULTS_DIR}/fold_*.json "
+                    "with a best checkpoint); pass .ckpt files instead"
+                )
+            found += [Path(f) for f in folds]
+        else:
+            raise EnsembleError(f"checkpoint not found: {path}")
+    return found
+
+
+def _preprocessing_signature(config: ExperimentConfig) -> dict[str, Any]:
+    data = config.data
+    return {
+        "DATA_CONFIG.image_size": data.image_size,
+        "preprocessing": build_preprocessing(data).describe(),
+        "DATA_CONFIG.normalization_mode": data.normalization_mode,
+        "DATA_CONFIG.mean": list(data.mean),
+        "DATA_CONFIG.std": list(data.std),
+    }
+
+
+def check_compatible(checkpoints: Sequence[SkinetCheckpoint]) -> None:
+    """Raise :class:`EnsembleError` unless every member is preprocessed like the first."""
+    if not checkpoints:
+        raise EnsembleError("an ensemble needs at least one checkpoint")
+    reference = _preprocessing_signature(checkpoints[0].config)
+    for member in checkpoints[1:]:
+        signature = _preprocessing_signature(member.config)
+        for key, value in signature.items():
+            if value != reference[key]:
+                raise EnsembleError(
+                    f"ensemble members must share their preprocessing: {key} of {member.path} "
+                    f"is {value}, of {checkpoints[0].path} it is {reference[key]}. Ensemble "
+                    "checkpoints trained with the same DATA_CONFIG image size, resizing and "
+                    "normalisation."
+                )
+
+
+class EnsembleProbabilityModel(nn.Module):
+    """Mean of the members' sigmoid probabilities: ``(N, 3, H, W)`` -> ``(N, 1, H, W)``."""
+
+    def __init__(self, members: Sequence[UNet2D]) -> None:
+        super().__init__()
+        self.members = nn.ModuleList(members)
+        self.size_multiple = max(int(m.size_multiple) for m in members)
+
+    def forward(self, images: Tensor) -> Tensor:
+        probs = torch.stack([torch.sigmoid(member(images)) for member in self.members])
+        return probs.mean(dim=0)
+
+
+class EnsemblePredictor(Predictor):
+    """A :class:`Predictor` whose probability map is the mean of several models' maps.
+
+    With ``tta`` each member's map is its own flip average first. Shapes as ``Predictor``.
+
+    Args:
+        models: The members (same preprocessing; see :func:`check_compatible`).
+        config: The config of the first member (its preprocessing is everyone's).
+        member_thresholds: Each member's own threshold, reported with the ensemble's.
+        kwargs: As :class:`Predictor` (``threshold``, ``device``, ``tta``, ...).
+    """
+
+    def __init__(
+        self,
+        models: Sequence[UNet2D],
+        config: ExperimentConfig,
+        member_thresholds: Sequence[float] = (),
+        member_paths: Sequence[Path] = (),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(models[0], config, **kwargs)
+        members = [m.eval().to(self.device) for m in models]
+        if self.channels_last:
+            members = [m.to(memory_format=torch.channels_last) for m in members]  # type: ignore[call-overload]
+        self.members = members
+        self.member_thresholds = list(member_thresholds)
+        self.member_paths = list(member_paths)
+
+    @classmethod
+    def from_checkpoints(
+        cls,
+        paths: Sequence[str | Path],
+        device: str | torch.device = "auto",
+        threshold: float | None = None,
+        **kwargs: Any,
+    ) -> EnsemblePredictor:
+        """Load the checkpoints (files or cv folders); threshold: the members' mean if ``None``."""
+        checkpoints = [load_checkpoint(p) for p in resolve_checkpoints(paths)]
+        check_compatible(checkpoints)
+        thresholds = [c.threshold for c in checkpoints]
+        chosen = statistics.fmean(thresholds) if threshold is None else threshold
+        return cls(
+            [build_model(c) for c in checkpoints],
+            checkpoints[0].config,
+            thresholds,
+            [c.path for c in checkpoints],
+            threshold=chosen,
+            device=device,
+            **kwargs,
+        )
+
+    @torch.inference_mode()
+    def _forward(self, batch: np.ndarray) -> np.ndarray:
+        images = torch.from_numpy(batch).to(self.device)
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        probs = torch.stack([predict_probs(m, images, tta=self.tta) for m in self.members])
+        return probs.mean(dim=0)[:, 0].float().cpu().numpy()
+
+
+def build_predictor(
+    paths: Sequence[str | Path], threshold: float | None = None, **kwargs: Any
+) -> Predictor:
+    """A :class:`Predictor` for one checkpoint file, an :class:`EnsemblePredictor` otherwise."""
+    if len(paths) == 1 and Path(paths[0]).is_file():
+        return Predictor.from_checkpoint(paths[0], threshold=threshold, **kwargs)
+    return EnsemblePredictor.from_checkpoints(paths, threshold=threshold, **kwargs)
+
+
+def describe_threshold(predictor: Predictor, given: float | None) -> str:
+    """Where the threshold came from, for the log and the reports."""
+    if given is not None:
+        return f"threshold {predictor.threshold:.3f} (--threshold)"
+    if isinstance(predictor, EnsemblePredictor):
+        members = ", ".join(f"{t:.3f}" for t in predictor.member_thresholds)
+        return (
+            f"ensemble of {len(predictor.members)} models, threshold {predictor.threshold:.3f} "
+            f"= mean of the members' thresholds ({members})"
+        )
+    return f"threshold {predictor.threshold:.3f} (the checkpoint's validation-optimal one)"

@@ -1,0 +1,53 @@
+"""The records every training run leaves in its folder and MLflow run: split file, model card."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from skinet.config import ExperimentConfig
+from skinet.data.splits import SPLIT_FILE_NAME, split_file_sha256, write_split_file
+from skinet.reporting.model_card import (
+    MODEL_CARD_FILE,
+    CardInputs,
+    build_model_card,
+    invoked_command,
+)
+from skinet.tracking import resolve_tracking_uri
+from skinet.tracking import runs as tracking_runs
+
+if TYPE_CHECKING:
+    from skinet.data import DataLoaders
+    from skinet.training.run import RunResult
+
+log = logging.getLogger(__name__)
+
+
+def write_run_records(cfg: ExperimentConfig, result: RunResult, loaders: DataLoaders) -> Path:
+    """Write ``splits.csv`` and ``MODEL_CARD.md`` into the run folder and log both to MLflow.
+
+    Returns the card's path.
+    """
+    datasets = {"train": loaders.train_dataset, "val": loaders.val_dataset}
+    if loaders.test_dataset is not None:
+        datasets["test"] = loaders.test_dataset
+    splits = {name: [s.id for s in dataset.samples] for name, dataset in datasets.items()}
+    split_path = write_split_file(splits, result.run_dir / SPLIT_FILE_NAME)
+    inputs = CardInputs(
+        run_name=result.run_name,
+        metrics=result.metrics,
+        monitor=cfg.sweep.monitor,
+        split_counts={name: len(ids) for name, ids in splits.items()},
+        split_file_sha256=split_file_sha256(split_path),
+        mlflow_run_id=result.mlflow_run_id,
+        command=invoked_command(),
+        checkpoint=str(result.best_checkpoint) if result.best_checkpoint else None,
+    )
+    card_path = result.run_dir / MODEL_CARD_FILE
+    card_path.write_text(build_model_card(cfg, inputs))
+    if result.mlflow_run_id is not None:
+        uri = resolve_tracking_uri(cfg)
+        for path in (split_path, card_path):
+            tracking_runs.log_artifact(uri, result.mlflow_run_id, path)
+    return card_path

@@ -1,0 +1,186 @@
+"""k-fold cross-validation: one model per fold, the test split untouched, mean +- std.
+
+The training and validation samples are pooled and cut into ``k`` folds by
+``DATA_CONFIG.split_random_seed``; fold ``i`` validates on chunk ``i`` and trains on the rest,
+and every fold tests on the original test split. Each fold is an ordinary training run whose
+split is fixed by a split file (``<cv folder>/splits/fold_<i>.csv``), nested under one MLflow
+parent run. A fold that finished has ``results/fold_<i>.json``; a restarted cv skips it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from skinet.config import ExperimentConfig, UsageError
+from skinet.data.loaders import index_dataset
+from skinet.data.splits import write_split_file
+from skinet.sweep.mlflow_parent import start_group_run
+from skinet.sweep.reports import print_table, write_csv, write_json
+from skinet.sweep.search_space import config_with_overrides
+from skinet.sweep.seeds import summary_metric_names
+from skinet.tracking import resolve_tracking_uri
+from skinet.tracking import runs as tracking_runs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CvResult:
+    """Per-fold metrics, their mean and std, and where the cv wrote them."""
+
+    cv_dir: Path
+    monitor: str
+    per_fold: dict[int, dict[str, float]]
+    mean: dict[str, float]
+    std: dict[str, float]
+    checkpoints: dict[int, str | None]
+    parent_run_id: str | None
+    skipped: list[int]
+    """Folds found finished from an earlier, interrupted invocation."""
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per fold, then the mean and std rows."""
+        names = list(self.mean)
+        rows: list[dict[str, Any]] = [
+            {"fold": str(fold), **{n: metrics.get(n) for n in names}}
+            for fold, metrics in sorted(self.per_fold.items())
+        ]
+        rows.append({"fold": "mean", **self.mean})
+        rows.append({"fold": "std", **self.std})
+        return rows
+
+
+def cv_folder(cfg: ExperimentConfig, folds: int) -> Path:
+    """``<output_dir>/cv_<experiment_name>_k<folds>``: the same for a restart."""
+    return Path(cfg.train.output_dir) / f"cv_{cfg.train.experiment_name}_k{folds}"
+
+
+def carve_folds(cfg: ExperimentConfig, folds: int) -> list[dict[str, list[str]]]:
+    """The ``train``/``val``/``test`` ids of each fold (test: the config's test split)."""
+    _, splits = index_dataset(cfg)
+    pool = sorted(s.id for name in ("train", "val") for s in splits.get(name, []))
+    if folds < 2:
+        raise UsageError(f"--folds must be at least 2, got {folds}")
+    if len(pool) < folds:
+        raise UsageError(
+            f"--folds {folds}: only {len(pool)} training + validation samples to split"
+        )
+    order = np.random.default_rng(cfg.data.split_random_seed).permutation(len(pool))
+    chunks = [[pool[i] for i in chunk] for chunk in np.array_split(order, folds)]
+    test = sorted(s.id for s in splits.get("test", []))
+    return [
+        {
+            "train": sorted(i for j, c in enumerate(chunks) if j != fold for i in c),
+            "val": sorted(chunks[fold]),
+            "test": test,
+        }
+        for fold in range(folds)
+    ]
+
+
+def run_cv(
+    cfg: ExperimentConfig, folds: int, run_training_fn: Callable[..., Any] | None = None
+) -> CvResult:
+    """Train one model per fold (skipping finished folds), then summarise, write and log."""
+    if run_training_fn is None:
+        from skinet.training.run import run_training
+
+        run_training_fn = run_training
+    cv_dir = cv_folder(cfg, folds)
+    fold_splits = carve_folds(cfg, folds)
+    name = cv_dir.name
+    parent = start_group_run(cfg, name, {"skinet.kind": "cv"}, reuse=True)
+    uri = resolve_tracking_uri(cfg) if parent is not None else None
+    per_fold: dict[int, dict[str, float]] = {}
+    checkpoints: dict[int, str | None] = {}
+    skipped: list[int] = []
+    for fold, ids in enumerate(fold_splits, start=1):
+        result_path = cv_dir / "results" / f"fold_{fold}.json"
+        if result_path.is_file():
+            done = json.loads(result_path.read_text())
+            per_fold[fold], checkpoints[fold] = done["metrics"], done["best_checkpoint"]
+            skipped.append(fold)
+            log.info("fold %d of %d already finished (%s); skipping", fold, folds, result_path)
+            continue
+        if parent is not None and uri is not None:
+            tracking_runs.terminate_open_child_runs(uri, parent, f"fold_{fold}")
+        split_file = write_split_file(ids, cv_dir / "splits" / f"fold_{fold}.csv")
+        overrides = {
+            "DATA_CONFIG.split_file": str(split_file.resolve()),
+            "TRAIN_CONFIG.output_dir": str(cv_dir),
+            "DATA_CONFIG.max_samples_per_split": None,  # the folds are already cut from it
+            # the default store lives in output_dir: keep the folds beside their parent run
+            "TRAIN_CONFIG.mlflow_config.tracking_uri": resolve_tracking_uri(cfg),
+        }
+        fold_cfg = config_with_overrides(cfg, overrides, f"cv fold {fold}")
+        log.info("fold %d of %d: %d train, %d val", fold, folds, len(ids["train"]), len(ids["val"]))
+        result = run_training_fn(
+            fold_cfg, visualize=False, parent_run_id=parent, run_name=f"fold_{fold}"
+        )
+        per_fold[fold] = {k: float(v) for k, v in result.metrics.items()}
+        checkpoints[fold] = str(result.best_checkpoint) if result.best_checkpoint else None
+        write_json(
+            result_path,
+            {
+                "fold": fold,
+                "metrics": per_fold[fold],
+                "best_checkpoint": checkpoints[fold],
+                "run_dir": str(result.run_dir),
+                "mlflow_run_id": result.mlflow_run_id,
+            },
+        )
+    cv = _summarise(cfg, cv_dir, per_fold, checkpoints, parent, skipped)
+    if parent is not None and uri is not None:
+        _log_parent(uri, parent, cv)
+    return cv
+
+
+def _summarise(
+    cfg: ExperimentConfig,
+    cv_dir: Path,
+    per_fold: dict[int, dict[str, float]],
+    checkpoints: dict[int, str | None],
+    parent: str | None,
+    skipped: list[int],
+) -> CvResult:
+    monitor = cfg.sweep.monitor
+    names = summary_metric_names(monitor, list(per_fold.values()))
+    mean, std = {}, {}
+    for metric in names:
+        values = [per_fold[f][metric] for f in sorted(per_fold)]
+        mean[metric] = statistics.fmean(values)
+        std[metric] = statistics.stdev(values) if len(values) > 1 else 0.0
+    cv = CvResult(cv_dir, monitor, per_fold, mean, std, checkpoints, parent, skipped)
+    write_csv(cv_dir / "cv_results.csv", cv.rows())
+    write_json(
+        cv_dir / "cv_results.json",
+        {
+            "monitor": monitor,
+            "folds": len(per_fold),
+            "split_random_seed": cfg.data.split_random_seed,
+            "mean": mean,
+            "std": std,
+            "per_fold": {str(f): m for f, m in sorted(per_fold.items())},
+            "best_checkpoints": {str(f): c for f, c in sorted(checkpoints.items())},
+            "mlflow_parent_run_id": parent,
+        },
+    )
+    print_table(f"{cv_dir.name}: {len(per_fold)}-fold cross-validation", cv.rows())
+    return cv
+
+
+def _log_parent(uri: str, parent: str, cv: CvResult) -> None:
+    metrics = {f"{k}_mean": v for k, v in cv.mean.items()}
+    metrics.update({f"{k}_std": v for k, v in cv.std.items()})
+    tracking_runs.log_metrics(uri, parent, metrics)
+    for name in ("cv_results.csv", "cv_results.json"):
+        tracking_runs.log_artifact(uri, parent, cv.cv_dir / name)
+    tracking_runs.finish_run(uri, parent)
