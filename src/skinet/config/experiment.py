@@ -164,9 +164,7 @@ def parse_config(
         )
     written = {_SECTION_BY_KEY.get(str(k).replace("_", "").lower(), str(k)): str(k) for k in raw}
     try:
-        return ExperimentConfig.model_validate(
-            raw, context={CHECK_TRANSFORMS: check_transforms}
-        )
+        return ExperimentConfig.model_validate(raw, context={CHECK_TRANSFORMS: check_transforms})
     except ValidationError as exc:
         raise ConfigError(f"invalid config {source}:\n{_format_error(exc, written)}") from None
 
