@@ -126,6 +126,7 @@ def test_training_commands_without_the_extra_say_what_to_install(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # pip resolves and installs ~40 packages: about 5 minutes on 2 cores
 def test_core_install_in_a_fresh_venv_predicts(trained_checkpoint: Path, tmp_path: Path) -> None:
     """``pip install skinet`` (no extra) into a new venv, then ``skinet predict`` writes masks."""
     started = time.monotonic()

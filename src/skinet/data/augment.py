@@ -20,13 +20,6 @@ from pydantic import Field, field_validator
 
 from skinet.data.vignette import apply_circular_vignette
 
-__all__ = [
-    "CUSTOM_TRANSFORMS",
-    "CircularVignette",
-    "apply_circular_vignette",
-    "resolve_transform_class",
-]
-
 
 class CircularVignette(A.ImageOnlyTransform):
     """A dark circular field-of-view border, as dermatoscopes without cropping show.
