@@ -12,29 +12,33 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from skinet import __version__
-from skinet.config import ConfigError, ExperimentConfig, UsageError, load_config
-from skinet.config.arguments import add_config_arguments, parse_overrides
+from skinet.config import ConfigError, UsageError
+from skinet.config.arguments import Handler, load_config_from_args, parse_overrides
+from skinet.extras import (
+    MissingExtraError,
+    as_missing_extra,
+    check_requirements,
+    required_modules,
+)
 from skinet.tracking import TrackingError
 from skinet.training.signals import RunInterrupted
 
+__all__ = ["build_parser", "configure_logging", "load_config_from_args", "main", "parse_overrides"]
+
 log = logging.getLogger("skinet")
 
-Handler = Callable[[argparse.Namespace], int]
-
-
-def load_config_from_args(args: argparse.Namespace) -> ExperimentConfig:
-    """The config file of ``--config`` with every ``--set`` applied."""
-    return load_config(args.config, parse_overrides(args.set or []))
-
-
-def _run_train(args: argparse.Namespace) -> int:
-    from skinet.reporting import print_run_summary
-    from skinet.training.run import run_training
-
-    cfg = load_config_from_args(args)
-    result = run_training(cfg, visualize=not args.no_visualize, resume=args.resume)
-    print_run_summary(cfg, result)
-    return 0
+SUBCOMMAND_GROUPS = (
+    "skinet.training.cli:add_training_subcommands",
+    "skinet.data.cli:add_data_subcommands",
+    "skinet.sweep.cli:add_sweep_subcommands",
+    "skinet.inference.cli:add_inference_subcommands",
+    "skinet.config.cli:add_config_subcommands",
+    "skinet.info:add_info_subcommand",
+)
+"""``module:function`` of each subcommand group, in ``--help`` order. Every function takes the
+top-level subparsers and adds its subcommands, each setting ``func`` to its handler. The modules
+are imported only here, when the parser is built; they import ``skinet.config.arguments`` and
+never this module, so the command line has no import cycle."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,17 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=f"skinet {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    train = subparsers.add_parser("train", help="train, validate and test one model")
-    add_config_arguments(train)
-    train.add_argument(
-        "--resume", metavar="PATH|last", help="continue from a checkpoint, or the newest last.ckpt"
-    )
-    train.add_argument(
-        "--no-visualize", action="store_true", help="skip the augmented-samples grid"
-    )
-    train.set_defaults(func=_run_train)
-
     for register in _subcommand_groups():
         register(subparsers)
     _add_verbose_to_subcommands(subparsers)
@@ -75,24 +68,22 @@ def _add_verbose_to_subcommands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _subcommand_groups() -> list[Callable[[Any], Any]]:
-    """Subcommand groups defined next to the code they drive."""
-    from skinet.config.cli import add_config_subcommands
-    from skinet.data.cli import add_data_subcommands
-    from skinet.inference.cli import add_inference_subcommands
-    from skinet.info import add_info_subcommand
-    from skinet.sweep.cli import add_sweep_subcommands
-
-    return [
-        add_data_subcommands,
-        add_sweep_subcommands,
-        add_inference_subcommands,
-        add_config_subcommands,
-        add_info_subcommand,
-    ]
+    """The registration functions of :data:`SUBCOMMAND_GROUPS`, imported."""
+    groups = []
+    for entry in SUBCOMMAND_GROUPS:
+        module, _, function = entry.partition(":")
+        groups.append(getattr(importlib.import_module(module), function))
+    return groups
 
 
-def configure_logging(verbose: bool = False) -> None:
-    """Rich console logging for ``skinet`` and quieter third-party loggers."""
+def configure_logging(verbose: bool = False, training: bool = True) -> None:
+    """Rich console logging for ``skinet`` and quieter third-party loggers.
+
+    Args:
+        verbose: Debug level instead of info.
+        training: Also tame Lightning's and MLflow's loggers, which imports both (when
+            installed); prediction leaves them unimported.
+    """
     from rich.logging import RichHandler
 
     root = logging.getLogger()
@@ -103,9 +94,9 @@ def configure_logging(verbose: bool = False) -> None:
         handler.addFilter(_drop_advertisements)
         root.addHandler(handler)
     # Both configure their loggers at import; import them first so the settings below stick.
-    # Either may be missing: MLflow is not needed to predict or train untracked, and
-    # ``skinet info`` must still run to say what is missing.
-    for module in ("lightning.pytorch", "mlflow"):
+    # Either may be missing: MLflow is not needed to train untracked, and ``skinet info`` must
+    # still run to say what is missing.
+    for module in ("lightning.pytorch", "mlflow") if training else ():
         with contextlib.suppress(ImportError):
             importlib.import_module(module)
 
@@ -132,12 +123,27 @@ def _drop_advertisements(record: logging.LogRecord) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``skinet`` console script; usage and config errors exit with 2."""
+    """Entry point of the ``skinet`` console script.
+
+    Exit status 2: usage and config errors, and a subcommand whose pip extra is not installed
+    (``skinet[train]``, ``skinet[onnx]``); 1: a run that failed (data, tracking, resume).
+    """
     args = build_parser().parse_args(argv)
-    configure_logging(args.verbose)
     handler: Handler = args.func
+    configure_logging(args.verbose, training=bool(required_modules(handler)))
     try:
+        check_requirements(handler, _command_line(args))
         return handler(args)
+    except MissingExtraError as error:
+        log.error("%s", error)
+        return 2
+    except ModuleNotFoundError as error:
+        # An extra's module imported deeper than the handler declares (MLflow with tracking on).
+        missing = as_missing_extra(error, _command_line(args))
+        if missing is None:
+            raise
+        log.error("%s", missing)
+        return 2
     except UsageError as error:
         log.error("%s (see %s --help)", error, _command_line(args))
         return 2

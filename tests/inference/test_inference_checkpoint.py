@@ -77,3 +77,23 @@ def test_corrupt_and_missing_files(tmp_path: Path) -> None:
         load_checkpoint(corrupt)
     with pytest.raises(FileNotFoundError):
         load_checkpoint(tmp_path / "missing.ckpt")
+
+
+def test_transforms_a_checkpoint_holds_are_not_rebuilt_to_predict(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    """A transform albumentations does not know does not stop prediction; training refuses it."""
+    from tests.inference.helpers import rewrite_checkpoint
+
+    from skinet.config import ConfigError, parse_config
+
+    config = torch.load(trained_checkpoint, map_location="cpu", weights_only=True)["skinet"]
+    config = dict(config["config"])
+    config["TRANSFORM_CONFIG"] = {"train_transforms": [{"name": "NoSuchTransform"}]}
+    target = rewrite_checkpoint(trained_checkpoint, tmp_path / "old.ckpt", config=config)
+
+    loaded = load_checkpoint(target)
+    assert loaded.config.transform.train_transforms[0].name == "NoSuchTransform"
+    Predictor.from_checkpoint(target, device="cpu")
+    with pytest.raises(ConfigError, match=r"unknown albumentations transform 'NoSuchTransform'"):
+        parse_config(config)

@@ -1,16 +1,28 @@
-"""Command-line argument types and the usage error shared by every ``skinet`` subcommand."""
+"""What every ``skinet`` subcommand module shares: the handler type, argument types, ``--config``
+and ``--set``, and the usage error.
+
+This module sits below every CLI module (``skinet.cli``, ``skinet.*.cli``), which import it and
+never each other; it imports only the config schema.
+"""
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 
-from skinet.config.experiment import ConfigError
+from skinet.config.data import DatasetName
+from skinet.config.experiment import ConfigError, ExperimentConfig, load_config
+
+Handler = Callable[[argparse.Namespace], int]
+"""A subcommand's handler: the parsed arguments in, the exit status out."""
+
+DATASET_NAMES: tuple[str, ...] = get_args(DatasetName)
+"""Dataset layouts a ``--dataset`` option accepts, as ``DATA_CONFIG.dataset`` defines them."""
 
 
 class UsageError(ValueError):
@@ -88,3 +100,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECTION.KEY=VALUE",
         help="override a config value, e.g. --set TRAIN_CONFIG.max_epochs=3 (repeatable)",
     )
+
+
+def load_config_from_args(args: argparse.Namespace) -> ExperimentConfig:
+    """The config file of ``--config`` with every ``--set`` applied."""
+    return load_config(args.config, parse_overrides(args.set or []))

@@ -7,12 +7,13 @@ from typing import Any
 
 import yaml
 
-from skinet.config.arguments import add_config_arguments, parse_overrides
-from skinet.config.experiment import ExperimentConfig, load_config
+from skinet.config.arguments import add_config_arguments, load_config_from_args
+from skinet.config.experiment import ExperimentConfig
+from skinet.config.transform import transforms_checkable
 
 
 def _load(args: argparse.Namespace) -> ExperimentConfig:
-    return load_config(args.config, parse_overrides(args.set or []))
+    return load_config_from_args(args)
 
 
 def run_config_show(args: argparse.Namespace) -> int:
@@ -26,6 +27,11 @@ def run_config_check(args: argparse.Namespace) -> int:
     _load(args)
     overrides = f" with {len(args.set)} override(s)" if args.set else ""
     print(f"OK {args.config}{overrides} is a valid SkiNet config")
+    if not transforms_checkable():
+        print(
+            "note: TRANSFORM_CONFIG was not checked: albumentations is not installed "
+            "(pip install 'skinet[train]')"
+        )
     return 0
 
 

@@ -20,7 +20,7 @@ from skinet.config.train import (
     LRSchedulerConfig,
     TrainConfig,
 )
-from skinet.config.transform import TransformConfig
+from skinet.config.transform import CHECK_TRANSFORMS, TransformConfig
 
 # YAML section name -> field of ExperimentConfig. Keys are matched case-insensitively with
 # underscores removed, so ``TRAIN_CONFIG``, ``trainconfig`` and ``train_config`` all work.
@@ -157,8 +157,17 @@ def _model_class(annotation: Any) -> type[BaseModel] | None:
     return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
 
 
-def parse_config(raw: dict[str, Any] | None, source: str = "<config>") -> ExperimentConfig:
-    """Validate a config given as plain data, raising :class:`ConfigError` with YAML paths."""
+def parse_config(
+    raw: dict[str, Any] | None, source: str = "<config>", *, check_transforms: bool = True
+) -> ExperimentConfig:
+    """Validate a config given as plain data, raising :class:`ConfigError` with YAML paths.
+
+    Args:
+        raw: The sections, as read from YAML.
+        source: What to name in error messages (the file).
+        check_transforms: Check ``TRANSFORM_CONFIG`` against albumentations (when installed);
+            ``False`` for a checkpoint's config read to predict, which builds no augmentation.
+    """
     raw = raw or {}
     if not isinstance(raw, dict):
         raise ConfigError(
@@ -166,7 +175,7 @@ def parse_config(raw: dict[str, Any] | None, source: str = "<config>") -> Experi
         )
     written = {_SECTION_BY_KEY.get(str(k).replace("_", "").lower(), str(k)): str(k) for k in raw}
     try:
-        return ExperimentConfig.model_validate(raw)
+        return ExperimentConfig.model_validate(raw, context={CHECK_TRANSFORMS: check_transforms})
     except ValidationError as exc:
         raise ConfigError(f"invalid config {source}:\n{_format_error(exc, written)}") from None
 

@@ -1,12 +1,20 @@
-"""``TRANSFORM_CONFIG``: the albumentations augmentation pipeline declared in YAML."""
+"""``TRANSFORM_CONFIG``: the albumentations augmentation pipeline declared in YAML.
+
+Transform names and parameters are checked against albumentations whenever it is installed
+(always with ``skinet[train]``, so ``skinet train`` and ``skinet config check`` catch a typo
+before any work). They are not checked without albumentations, which the prediction-only
+install lacks, nor when a checkpoint's config is read for inference
+(``parse_config(..., check_transforms=False)``): prediction never builds the augmentations.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import warnings
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from skinet.config.base import Section
 
@@ -53,7 +61,11 @@ class TransformConfig(Section):
 
     @field_validator("train_transforms")
     @classmethod
-    def _check_against_albumentations(cls, specs: list[TransformSpec]) -> list[TransformSpec]:
+    def _check_against_albumentations(
+        cls, specs: list[TransformSpec], info: ValidationInfo
+    ) -> list[TransformSpec]:
+        if not _should_check(info):
+            return specs
         errors = [e for i, spec in enumerate(specs) if (e := check_transform_spec(i, spec))]
         if errors:
             raise ValueError("; ".join(errors))
@@ -61,7 +73,9 @@ class TransformConfig(Section):
 
     @field_validator("compose_kwargs")
     @classmethod
-    def _check_compose_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _check_compose_kwargs(cls, kwargs: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if not _should_check(info):
+            return kwargs
         import albumentations as A
 
         allowed = set(inspect.signature(A.Compose.__init__).parameters) - {"self", "transforms"}
@@ -71,6 +85,23 @@ class TransformConfig(Section):
                 f"unknown albumentations.Compose argument(s) {unknown}; allowed: {sorted(allowed)}"
             )
         return kwargs
+
+
+CHECK_TRANSFORMS = "check_transforms"
+"""Validation-context key: ``False`` skips the albumentations checks (see the module docstring)."""
+
+
+def transforms_checkable() -> bool:
+    """Whether albumentations is installed, so ``TRANSFORM_CONFIG`` can be checked."""
+    try:
+        return importlib.util.find_spec("albumentations") is not None
+    except ImportError:  # an import hook that refuses the name
+        return False
+
+
+def _should_check(info: ValidationInfo) -> bool:
+    context = info.context or {}
+    return bool(context.get(CHECK_TRANSFORMS, True)) and transforms_checkable()
 
 
 def check_transform_spec(index: int, spec: TransformSpec) -> str | None:

@@ -1,40 +1,41 @@
 """Data pipeline: discovery of image/mask pairs per layout, dataset + RAM cache, transforms,
-loaders, synthetic data, statistics, visualisation and download."""
+loaders, synthetic data, statistics, visualisation and download.
 
-from skinet.data.dataset import SegmentationDataset
-from skinet.data.errors import DatasetError, Problem
-from skinet.data.layouts import DatasetIndex, Sample, read_layout, resolve_data_root
-from skinet.data.loaders import (
-    DataLoaders,
-    RepeatDataLoader,
-    build_dataloaders,
-    build_dataset,
-    resolve_root,
-    seed_worker,
-    verify_dataset,
-)
-from skinet.data.synthetic import make_synthetic_dataset
-from skinet.data.transforms import Normalizer, build_normalizer, build_train_transform
-from skinet.data.visualize import visualize_augmented_data
+Names are imported lazily, so that prediction, which reads images through ``skinet.data.io``
+and ``skinet.data.preprocess``, does not import albumentations (the training extra).
+"""
 
-__all__ = [
-    "DataLoaders",
-    "DatasetError",
-    "DatasetIndex",
-    "Normalizer",
-    "Problem",
-    "RepeatDataLoader",
-    "Sample",
-    "SegmentationDataset",
-    "build_dataloaders",
-    "build_dataset",
-    "build_normalizer",
-    "build_train_transform",
-    "make_synthetic_dataset",
-    "read_layout",
-    "resolve_data_root",
-    "resolve_root",
-    "seed_worker",
-    "verify_dataset",
-    "visualize_augmented_data",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "DataLoaders": "skinet.data.loaders",
+    "DatasetError": "skinet.data.errors",
+    "DatasetIndex": "skinet.data.layouts",
+    "Normalizer": "skinet.data.transforms",
+    "Problem": "skinet.data.errors",
+    "RepeatDataLoader": "skinet.data.loaders",
+    "Sample": "skinet.data.layouts",
+    "SegmentationDataset": "skinet.data.dataset",
+    "build_dataloaders": "skinet.data.loaders",
+    "build_dataset": "skinet.data.loaders",
+    "build_normalizer": "skinet.data.transforms",
+    "build_train_transform": "skinet.data.transforms",
+    "make_synthetic_dataset": "skinet.data.synthetic",
+    "read_layout": "skinet.data.layouts",
+    "resolve_data_root": "skinet.data.layouts",
+    "resolve_root": "skinet.data.loaders",
+    "seed_worker": "skinet.data.loaders",
+    "verify_dataset": "skinet.data.loaders",
+    "visualize_augmented_data": "skinet.data.visualize",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'skinet.data' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

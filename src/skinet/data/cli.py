@@ -15,10 +15,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from skinet.config import UsageError
+from skinet.config.arguments import DATASET_NAMES, UsageError
 from skinet.data.errors import DatasetError, Problem
-
-DATASETS = ("isic2017", "isic2018", "ph2", "folder", "synthetic")
 
 
 def add_data_subcommands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -61,7 +59,7 @@ def add_data_subcommands(subparsers: argparse._SubParsersAction) -> argparse.Arg
 def _add_source_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="experiment YAML (uses its DATA_CONFIG)")
     parser.add_argument("--data-dir", default=None, help="dataset folder (instead of --config)")
-    parser.add_argument("--dataset", default="isic2017", choices=DATASETS, help="layout name")
+    parser.add_argument("--dataset", default="isic2017", choices=DATASET_NAMES, help="layout name")
     parser.add_argument("--mask-suffix", default="_segmentation", help="folder layout only")
 
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import albumentations as A
 import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
@@ -25,6 +25,9 @@ from skinet.data.io import MASK_THRESHOLD, load_pair, load_pair_or_raise
 from skinet.data.layouts import Sample
 from skinet.data.preprocess import Preprocessing, as_preprocessing
 from skinet.data.transforms import Normalizer
+
+if TYPE_CHECKING:
+    import albumentations as A
 
 logger = logging.getLogger(__name__)
 

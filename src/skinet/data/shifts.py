@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from skinet.data.augment import apply_circular_vignette
+from skinet.data.vignette import apply_circular_vignette
 
 FRAME_ASPECT = 4 / 3
 """Width / height of the uncropped frame: the sensor of most video dermatoscopes."""

@@ -1,15 +1,20 @@
-"""Albumentations pipeline from ``TRANSFORM_CONFIG`` and normalisation to float tensors."""
+"""Albumentations pipeline from ``TRANSFORM_CONFIG`` and normalisation to float tensors.
+
+Albumentations is imported only to build the training pipeline, so the normaliser serves
+prediction in an install without the training extra.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import albumentations as A
 import numpy as np
 
 from skinet.config import ExperimentConfig, TransformConfig
-from skinet.data.augment import resolve_transform_class
+
+if TYPE_CHECKING:
+    import albumentations as A
 
 
 def resolve_transform_seed(transform_cfg: TransformConfig, fallback_seed: int) -> int:
@@ -27,6 +32,11 @@ def build_train_transform(cfg: ExperimentConfig) -> A.Compose:
     The transforms were already checked when the config was loaded; names are albumentations'
     or SkiNet's own (:data:`skinet.data.augment.CUSTOM_TRANSFORMS`).
     """
+    # Imported here: prediction normalises with this module and needs no albumentations.
+    import albumentations as A
+
+    from skinet.data.augment import resolve_transform_class
+
     transform_cfg = cfg.transform
     transforms = [
         resolve_transform_class(spec.name)(**spec.params)  # type: ignore[misc]

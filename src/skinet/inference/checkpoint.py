@@ -117,7 +117,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     raw = read_checkpoint_file(path, map_location)
     payload = CheckpointPayload.from_checkpoint(raw, str(path))
     try:
-        config = parse_config(payload.config, f"{path} (checkpoint config)")
+        config = parse_config(payload.config, f"{path} (checkpoint config)", check_transforms=False)
     except ConfigError as error:
         raise CheckpointError(str(error)) from None
     plain = normalize_state_dict_keys(raw.get("state_dict") or {})

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from skinet.config import (
+from skinet.config.arguments import (
+    DATASET_NAMES,
     UsageError,
     non_negative_int,
     positive_float,
@@ -17,8 +17,6 @@ from skinet.config import (
 )
 
 log = logging.getLogger("skinet")
-
-Handler = Callable[[argparse.Namespace], int]
 
 CHECKPOINTS: dict[str, Any] = {
     "nargs": "+",
@@ -295,7 +293,7 @@ def add_inference_subcommands(subparsers: Any) -> None:
     )
     evaluate.add_argument(
         "--dataset",
-        choices=("isic2017", "isic2018", "ph2", "folder", "synthetic"),
+        choices=DATASET_NAMES,
         help="layout of --data (default: the checkpoint's DATA_CONFIG.dataset)",
     )
     evaluate.add_argument("--split", default="test", choices=SPLIT_CHOICES)
@@ -328,7 +326,7 @@ def add_inference_subcommands(subparsers: Any) -> None:
     )
     robustness.add_argument(
         "--dataset",
-        choices=("isic2017", "isic2018", "ph2", "folder", "synthetic"),
+        choices=DATASET_NAMES,
         help="layout of --data (default: the checkpoint's DATA_CONFIG.dataset)",
     )
     robustness.add_argument(

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, get_args
 
-from skinet.config import positive_int
-
-Handler = Callable[[argparse.Namespace], int]
+from skinet.config.arguments import (
+    add_config_arguments,
+    load_config_from_args,
+    parse_overrides,
+    positive_int,
+)
+from skinet.config.experiment import ExperimentConfig, load_config
+from skinet.extras import SWEEP_MODULES, TRAINING_MODULES, requires
 
 MONITOR_ENV, DIRECTION_ENV = "SWEEP_MONITOR", "SWEEP_DIRECTION"
 
@@ -42,27 +47,21 @@ def objective_overrides(
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    from skinet.cli import add_config_arguments
-
     add_config_arguments(parser)
 
 
-def _load(args: argparse.Namespace) -> Any:
-    from skinet.cli import load_config_from_args
-
+def _load(args: argparse.Namespace) -> ExperimentConfig:
     return load_config_from_args(args)
 
 
-def load_sweep_config(args: argparse.Namespace) -> Any:
+def load_sweep_config(args: argparse.Namespace) -> ExperimentConfig:
     """The config of ``skinet sweep``: ``--set`` overrides, then the objective's precedence."""
-    from skinet.cli import parse_overrides
-    from skinet.config import load_config
-
     overrides = parse_overrides(args.set or [])
     overrides.update(objective_overrides(args.monitor, args.direction, None, overrides))
     return load_config(args.config, overrides)
 
 
+@requires(*SWEEP_MODULES)
 def run_sweep_command(args: argparse.Namespace) -> int:
     """``skinet sweep``: run or join the Optuna grid sweep."""
     from skinet.sweep.reports import print_table
@@ -103,6 +102,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     return 1
 
 
+@requires(*TRAINING_MODULES)
 def run_seeds_command(args: argparse.Namespace) -> int:
     """``skinet seeds``: one run per seed and a mean/std summary."""
     from skinet.sweep.seeds import run_seeds
@@ -111,6 +111,7 @@ def run_seeds_command(args: argparse.Namespace) -> int:
     return 0
 
 
+@requires(*TRAINING_MODULES)
 def run_ablation_command(args: argparse.Namespace) -> int:
     """``skinet ablation``: every encoder x merge residual-mode combination."""
     from skinet.sweep.ablation import run_ablation
