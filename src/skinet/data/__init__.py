@@ -1,20 +1,20 @@
-"""Data pipeline: discovery of image/mask pairs per layout, dataset + RAM cache, transforms,
-loaders, synthetic data, statistics, visualisation and download."""
+"""Data pipeline: roots and discovery of image/mask pairs per layout, checks, dataset + RAM and
+disk caches, transforms, loaders, synthetic data, statistics, visualisation and download."""
 
 from skinet.data.dataset import SegmentationDataset
 from skinet.data.errors import DatasetError, Problem
-from skinet.data.layouts import DatasetIndex, Sample, read_layout, resolve_data_root
+from skinet.data.layouts import DatasetIndex, Sample, read_layout
 from skinet.data.loaders import (
     DataLoaders,
     RepeatDataLoader,
     build_dataloaders,
     build_dataset,
-    resolve_root,
     seed_worker,
-    verify_dataset,
 )
+from skinet.data.roots import index_dataset, resolve_data_root, resolve_root
 from skinet.data.synthetic import make_synthetic_dataset
 from skinet.data.transforms import Normalizer, build_normalizer, build_train_transform
+from skinet.data.verify import verify_dataset
 from skinet.data.visualize import visualize_augmented_data
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "build_dataset",
     "build_normalizer",
     "build_train_transform",
+    "index_dataset",
     "make_synthetic_dataset",
     "read_layout",
     "resolve_data_root",
