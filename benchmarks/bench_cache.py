@@ -110,12 +110,24 @@ def run_children(
     root: Path, cache: Path, size: int, mode: str, count: int, tmp: Path
 ) -> list[dict[str, float]]:
     """``count`` processes at once; each reports its data-ready time and memory."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
     barrier = Path(tempfile.mkdtemp(dir=tmp)) if count > 1 else None
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(root), str(cache), str(size), mode,
-             str(barrier or "-"), f"p{i}"],
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                str(root),
+                str(cache),
+                str(size),
+                mode,
+                str(barrier or "-"),
+                f"p{i}",
+            ],
             env=env,
             stdout=subprocess.PIPE,
             text=True,
@@ -160,8 +172,10 @@ def main() -> None:
         if not (root / "ISIC-2017_Training_Data").is_dir():
             started = time.perf_counter()
             make_isic_like(root, args.num_images, args.height, args.width, args.source_dir)
-            print(f"wrote {args.num_images} pairs of {args.width}x{args.height} in "
-                  f"{time.perf_counter() - started:.1f} s")
+            print(
+                f"wrote {args.num_images} pairs of {args.width}x{args.height} in "
+                f"{time.perf_counter() - started:.1f} s"
+            )
         cache = tmp / "cache"
         first = run_children(root, cache, args.image_size, "cache", 1, tmp)[0]
         second = run_children(root, cache, args.image_size, "cache", 1, tmp)[0]
@@ -185,17 +199,22 @@ def main() -> None:
         "same_pixels": len({first["checksum"], second["checksum"], *(r["checksum"] for r in two)})
         == 1,
     }
-    print(f"{args.num_images} images {args.width}x{args.height} -> {args.image_size} px "
-          f"(cache {figures['cache_mb']:.1f} MB)")
+    print(
+        f"{args.num_images} images {args.width}x{args.height} -> {args.image_size} px "
+        f"(cache {figures['cache_mb']:.1f} MB)"
+    )
     print(f"{'data ready, first run (decode + write)':<44} {first['ready_s']:>9.2f} s")
     print(f"{'data ready, second run (open memmaps)':<44} {second['ready_s']:>9.3f} s")
     print(f"{'first / second':<44} {figures['first_over_second']:>9.1f} x")
     print(f"{'cache PSS, one process':<44} {one['pss_mb']:>9.1f} MB")
     print(f"{'cache PSS, two processes together':<44} {figures['two_processes_pss_mb']:>9.1f} MB")
     print(f"{'two / one':<44} {figures['two_over_one_pss']:>9.2f} x")
-    print(f"{'USS (private), two processes together':<44} {figures['two_processes_uss_mb']:>9.1f} MB")
-    print(f"{'two processes with own in-RAM copies':<44} "
-          f"{figures['two_in_ram_copies_mb']:>9.1f} MB")
+    print(
+        f"{'USS (private), two processes together':<44} {figures['two_processes_uss_mb']:>9.1f} MB"
+    )
+    print(
+        f"{'two processes with own in-RAM copies':<44} {figures['two_in_ram_copies_mb']:>9.1f} MB"
+    )
     print(f"same pixels in every run: {figures['same_pixels']}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))

@@ -222,7 +222,10 @@ def test_cache_list_and_clear_through_the_cli(
     old = list_cache(cache)[-1]
     long_ago = time.time() - 3 * 86400
     os.utime(old.path / MANIFEST, (long_ago, long_ago))
-    assert skinet_main(["data", "cache", "--clear", "--older-than", "2", "--cache-dir", str(cache)]) == 0
+    assert (
+        skinet_main(["data", "cache", "--clear", "--older-than", "2", "--cache-dir", str(cache)])
+        == 0
+    )
     assert "removed 1 cached split(s)" in capsys.readouterr().out
     remaining = [e.key for e in list_cache(cache)]
     assert len(remaining) == 1 and old.key not in remaining

@@ -16,6 +16,7 @@ arrays do not match (a truncated file, a crash between writes) is rebuilt with a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -25,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +98,7 @@ def compute_cache_key(
     """
     payload = {
         "format_version": CACHE_FORMAT_VERSION,
-        "samples": [
-            [s.id, *_file_stamp(s.image_path), *_file_stamp(s.mask_path)] for s in samples
-        ],
+        "samples": [[s.id, *_file_stamp(s.image_path), *_file_stamp(s.mask_path)] for s in samples],
         "preprocessing": asdict(preprocessing),
         "steps": preprocessing.describe(),
         "reduced_jpeg_decode": bool(reduced_decode),
@@ -146,10 +145,9 @@ def open_entry(entry: Path, key: str, count: int, size: int) -> tuple[np.ndarray
 
 
 def _touch(path: Path) -> None:
-    try:
-        os.utime(path)  # the manifest's mtime is the entry's "last used"
-    except OSError:
-        pass  # a read-only cache folder still serves hits
+    # The manifest's mtime is the entry's "last used"; a read-only cache folder still serves hits.
+    with contextlib.suppress(OSError):
+        os.utime(path)
 
 
 def load_or_build_split(
@@ -176,7 +174,9 @@ def load_or_build_split(
         key = compute_cache_key(samples, preprocessing, reduced_decode)
     except OSError:
         # A file vanished or is unreadable: decode without the cache so it is reported by name.
-        return decode_split(samples, preprocessing, keep=True, split=split, reduced_decode=reduced_decode)
+        return decode_split(
+            samples, preprocessing, keep=True, split=split, reduced_decode=reduced_decode
+        )
     entry = cache_dir / key
     count = len(samples)
     try:
@@ -196,9 +196,7 @@ def load_or_build_split(
             return DecodedSplit(images, masks, [])
         except (FileNotFoundError, CorruptCacheError):
             pass
-        return _build_entry(
-            entry, key, samples, preprocessing, split, dataset, reduced_decode
-        )
+        return _build_entry(entry, key, samples, preprocessing, split, dataset, reduced_decode)
 
 
 def _build_entry(
@@ -249,7 +247,7 @@ def _build_entry(
             "reduced_jpeg_decode": reduced_decode,
             "first_image": str(samples[0].image_path) if samples else None,
             "nbytes": nbytes,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         temp = _temp_name(entry, MANIFEST)
         Path(temp).write_text(json.dumps(manifest, indent=2))

@@ -138,8 +138,8 @@ def _print_problems(console: Console, problems: list[Problem]) -> None:
 
 def run_stats(args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the mean/std of the chosen split's images as a ``DATA_CONFIG`` YAML block."""
-    from skinet.data.roots import index_dataset
     from skinet.data.preprocess import build_preprocessing
+    from skinet.data.roots import index_dataset
     from skinet.data.stats import compute_channel_stats
 
     console = console or Console()

@@ -109,7 +109,9 @@ def jpeg_size(data: bytes | np.ndarray) -> tuple[int, int] | None:
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
             if i + 9 > len(raw):
                 return None
-            return int.from_bytes(raw[i + 5 : i + 7], "big"), int.from_bytes(raw[i + 7 : i + 9], "big")
+            return int.from_bytes(raw[i + 5 : i + 7], "big"), int.from_bytes(
+                raw[i + 7 : i + 9], "big"
+            )
         i += 2 + int.from_bytes(raw[i + 2 : i + 4], "big")
     return None
 

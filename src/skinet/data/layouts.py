@@ -242,4 +242,3 @@ def assign_splits(
             seed,
         )
     return splits
-

@@ -23,8 +23,9 @@ from skinet.data.dataset import DecodedSplit, SegmentationDataset, decode_split
 from skinet.data.errors import DatasetError, Problem
 from skinet.data.layouts import Sample
 from skinet.data.preprocess import build_preprocessing
-from skinet.data.roots import index_dataset
-from skinet.data.roots import index_dataset as index_dataset  # importable from here as before
+
+# index_dataset, resolve_root and verify_dataset stay importable from here, as before the split.
+from skinet.data.roots import index_dataset as index_dataset
 from skinet.data.roots import resolve_root as resolve_root
 from skinet.data.transforms import build_normalizer, build_train_transform
 from skinet.data.verify import decode_problems, split_problems

@@ -252,7 +252,9 @@ def _predict_threaded(
 
     with ThreadPoolExecutor(io_workers, thread_name_prefix="skinet-predict-io") as pool:
         for batch_paths, batch in _prefetch_batches(predictor, paths, pool, report.failures):
-            probs_batch = predictor.forward_prepared([(chw, placement) for _, chw, placement in batch])
+            probs_batch = predictor.forward_prepared(
+                [(chw, placement) for _, chw, placement in batch]
+            )
             for path, (image, _, placement), probs in zip(
                 batch_paths, batch, probs_batch, strict=True
             ):

@@ -144,7 +144,9 @@ class Predictor:
         out: list[np.ndarray] = []
         for start in range(0, len(images), self.batch_size):
             prepared = [self.prepare(image) for image in images[start : start + self.batch_size]]
-            for probs, (_, placement) in zip(self.forward_prepared(prepared), prepared, strict=True):
+            for probs, (_, placement) in zip(
+                self.forward_prepared(prepared), prepared, strict=True
+            ):
                 out.append(self.restore(probs, placement))
         return out
 
