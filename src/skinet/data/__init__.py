@@ -1,5 +1,4 @@
-"""Data pipeline: roots and discovery of image/mask pairs per layout, checks, dataset + RAM and
-disk caches, transforms, loaders, synthetic data, statistics, visualisation and download."""
+"""Data pipeline: roots, pairing, checks, dataset and caches, transforms, loaders, and the rest."""
 
 from skinet.data.dataset import SegmentationDataset
 from skinet.data.errors import DatasetError, Problem

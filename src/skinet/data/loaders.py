@@ -22,7 +22,7 @@ from skinet.data.cache import load_or_build_split, resolve_cache_dir
 from skinet.data.dataset import DecodedSplit, SegmentationDataset, decode_split
 from skinet.data.errors import DatasetError, Problem
 from skinet.data.layouts import Sample
-from skinet.data.preprocess import build_preprocessing
+from skinet.data.preprocess import Preprocessing, build_preprocessing
 
 # index_dataset, resolve_root and verify_dataset stay importable from here, as before the split.
 from skinet.data.roots import index_dataset as index_dataset
@@ -176,7 +176,7 @@ def build_dataset(
         samples = splits[split]
     data = cfg.data
     preprocessing = build_preprocessing(cfg)
-    decoded = decode_dataset_split(cfg, split, samples)
+    decoded = decode_dataset_split(cfg, split, samples, preprocessing)
     if decoded.problems:
         raise DatasetError(decoded.problems)
     dataset = SegmentationDataset(
@@ -202,11 +202,12 @@ def build_dataset(
     return dataset
 
 
-def decode_dataset_split(cfg: ExperimentConfig, split: str, samples: list[Sample]) -> DecodedSplit:
+def decode_dataset_split(
+    cfg: ExperimentConfig, split: str, samples: list[Sample], preprocessing: Preprocessing
+) -> DecodedSplit:
     """A split's pixels: from the disk cache when ``persistent_cache`` (and ``cache_in_ram``),
     else decoded now (kept only with ``cache_in_ram``)."""
     data = cfg.data
-    preprocessing = build_preprocessing(cfg)
     cache_dir = resolve_cache_dir(data)
     if cfg.train.cache_in_ram and cache_dir is not None:
         return load_or_build_split(

@@ -89,7 +89,8 @@ def index_dataset(
 ) -> tuple[DatasetIndex, dict[str, list[Sample]]]:
     """The layout's pairs and their train/val/test assignment (truncated by ``max_samples``)."""
     data = data_config(cfg)
-    index = read_layout(resolve_root(data), data.dataset, data.mask_suffix)
+    root = resolve_root(data)
+    index = read_layout(root, data.dataset, data.mask_suffix)
     splits = assign_splits(index, data.split_random_seed, data.val_fraction, data.test_fraction)
     if data.max_samples_per_split is not None:
         splits = {name: pairs[: data.max_samples_per_split] for name, pairs in splits.items()}
