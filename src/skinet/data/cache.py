@@ -85,7 +85,7 @@ def resolve_cache_dir(data: DataConfig) -> Path | None:
 
 def _file_stamp(path: Path) -> list[Any]:
     stat = path.stat()
-    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+    return [os.path.abspath(path), stat.st_size, stat.st_mtime_ns]
 
 
 def compute_cache_key(
