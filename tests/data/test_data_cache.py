@@ -148,6 +148,19 @@ def test_split_with_a_bad_file_is_reported_and_not_cached(
     assert [e.complete for e in list_cache(tmp_path / "cache")] == [False]
 
 
+def test_unusable_cache_folder_falls_back_to_ram_with_a_warning(
+    isic2017_tree: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    samples = _train_samples(isic2017_tree)
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("a file where the cache folder should be")
+    with caplog.at_level(logging.WARNING, logger="skinet.data.cache"):
+        decoded = load_or_build_split(samples, Preprocessing(32), not_a_folder, split="train")
+    assert "unusable" in caplog.text and not isinstance(decoded.images, np.memmap)
+    fresh = decode_split(samples, Preprocessing(32), keep=True, split="train")
+    np.testing.assert_array_equal(decoded.images, fresh.images)
+
+
 WRITER = textwrap.dedent(
     """
     import sys, time

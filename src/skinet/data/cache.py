@@ -184,19 +184,25 @@ def load_or_build_split(
         _touch(entry / MANIFEST)
         logger.info("%s split: %d samples from the disk cache %s", split, count, entry)
         return DecodedSplit(images, masks, [])
-    except FileNotFoundError:
-        pass
     except CorruptCacheError as exc:
         logger.warning("disk cache %s is corrupt (%s); rebuilding it", entry, exc)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cache_dir / f"{key}.lock"), timeout=lock_timeout):
-        try:  # another process may have finished it while this one waited
-            images, masks = open_entry(entry, key, count, size)
-            _touch(entry / MANIFEST)
-            return DecodedSplit(images, masks, [])
-        except (FileNotFoundError, CorruptCacheError):
-            pass
-        return _build_entry(entry, key, samples, preprocessing, split, dataset, reduced_decode)
+    except OSError:
+        pass  # absent or still being written (no manifest): build it, or wait for its writer
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(cache_dir / f"{key}.lock"), timeout=lock_timeout):
+            try:  # another process may have finished it while this one waited
+                images, masks = open_entry(entry, key, count, size)
+                _touch(entry / MANIFEST)
+                return DecodedSplit(images, masks, [])
+            except (OSError, CorruptCacheError):
+                pass
+            return _build_entry(entry, key, samples, preprocessing, split, dataset, reduced_decode)
+    except OSError as exc:  # a full disk, a read-only or unreachable cache folder, ...
+        logger.warning("disk cache %s unusable (%s); decoding %s into RAM", cache_dir, exc, split)
+        return decode_split(
+            samples, preprocessing, keep=True, split=split, reduced_decode=reduced_decode
+        )
 
 
 def _build_entry(
