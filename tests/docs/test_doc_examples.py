@@ -154,9 +154,7 @@ def shared_run(tmp_path_factory: pytest.TempPathFactory, tiny_dataset: Path) -> 
     """One tiny quickstart run, for the commands that read a checkpoint."""
     folder = tmp_path_factory.mktemp("doc_shared")
     _link_inputs(folder, tiny_dataset)
-    command = DocCommand(
-        "shared", 0, ("skinet", "train", "--config", "configs/quickstart.yaml"), None
-    )
+    command = DocCommand("shared", 0, ("skinet", "train", "--config", "configs/quickstart.yaml"), None)
     _, argv = _argv(command, folder)
     cwd = Path.cwd()
     os.chdir(folder)
@@ -201,9 +199,7 @@ def test_skipped_examples_are_counted() -> None:
 
 
 @pytest.mark.parametrize(
-    "command",
-    [c for c in ALL if not c.skip],
-    ids=lambda c: c.id if isinstance(c, DocCommand) else "",
+    "command", [c for c in ALL if not c.skip], ids=lambda c: c.id if isinstance(c, DocCommand) else ""
 )
 def test_doc_command_runs(
     command: DocCommand, doc_folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch
