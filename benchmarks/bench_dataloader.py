@@ -160,7 +160,7 @@ def main() -> None:
         )
 
     start = time.perf_counter()
-    from skinet.data.loaders import resolve_root
+    from skinet.data.roots import resolve_root
 
     resolve_root(config(True, 0))
     print(

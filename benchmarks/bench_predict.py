@@ -5,8 +5,14 @@ Usage::
     python benchmarks/bench_predict.py                          # default model, random weights
     python benchmarks/bench_predict.py --checkpoint best.ckpt --num-images 64 --batch-size 16
 
-Each row times the whole pipeline of ``skinet predict`` minus file I/O: resize to the training
-``image_size`` and normalise, forward (x4 with TTA), resize probabilities back to 512x512,
+With ``--input-dir DIR`` (a folder of real JPEGs, e.g. ISIC 2017 validation images) it instead
+times ``skinet predict`` end to end on those files (decode, predict, write masks), serial
+(``--io-workers 0``) against threaded decode/write, in the same run, and prints the ratio::
+
+    python benchmarks/bench_predict.py --input-dir data/ISIC2017/ISIC-2017_Validation_Data
+
+Otherwise each row times the whole pipeline of ``skinet predict`` minus file I/O: resize to the
+training ``image_size`` and normalise, forward (x4 with TTA), resize probabilities back to 512x512,
 threshold. Rows: eager PyTorch, TorchScript (``torch.jit.trace``) and ONNX Runtime (when
 ``onnx``, ``onnxscript`` and ``onnxruntime`` are installed), each with and without TTA. Runs on
 CUDA when available (exported rows stay on CPU). Prints a table; asserts nothing.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -103,6 +110,42 @@ def time_eager(predictor: Predictor, images: list[np.ndarray]) -> float:
     return time.perf_counter() - started
 
 
+def time_folder(
+    predictor: Predictor, paths: list[Path], out: Path, io_workers: int, repeats: int
+) -> float:
+    """Best images/s of ``predict_paths`` over ``repeats`` (masks written to ``out``)."""
+    from skinet.inference.predict import predict_paths
+
+    best = float("inf")
+    for _ in range(repeats):
+        shutil.rmtree(out, ignore_errors=True)
+        started = time.perf_counter()
+        report = predict_paths(predictor, paths, out, progress=False, io_workers=io_workers)
+        best = min(best, time.perf_counter() - started)
+        if report.failures:
+            raise SystemExit(f"{len(report.failures)} file(s) failed: {report.failures}")
+    return len(paths) / best
+
+
+def bench_folder(args: argparse.Namespace, predictor: Predictor, tmp: Path) -> None:
+    """Serial vs threaded ``skinet predict`` on the files of ``--input-dir``."""
+    from skinet.inference.predict import list_images
+
+    paths = list_images(args.input_dir)[: args.num_images]
+    if not paths:
+        raise SystemExit(f"no images in {args.input_dir}")
+    time_folder(predictor, paths[: args.batch_size], tmp / "warm", 0, 1)  # warm-up
+    rates = {}
+    for workers in (0, args.io_workers, 0, args.io_workers):  # interleaved: drift hits both
+        rate = time_folder(predictor, paths, tmp / f"out{workers}", workers, args.repeats)
+        rates[workers] = max(rates.get(workers, 0.0), rate)
+    print(f"{len(paths)} files from {args.input_dir}, batch {args.batch_size}")
+    print(f"{'io_workers':<12} {'images/s':>9}")
+    for workers, rate in rates.items():
+        print(f"{workers:<12} {rate:>9.2f}")
+    print(f"threaded / serial: {rates[args.io_workers] / rates[0]:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--checkpoint", type=Path, help="default: random default-config model")
@@ -111,7 +154,11 @@ def main() -> None:
     parser.add_argument("--num-images", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2, help="timed repeats (best is reported)")
+    parser.add_argument("--input-dir", type=Path, help="time `skinet predict` on these files")
+    parser.add_argument("--io-workers", type=int, default=2, help="threads of the threaded row")
     args = parser.parse_args()
+    if args.input_dir is not None and args.num_images == parser.get_default("num_images"):
+        args.num_images = 64
     reexec_with_malloc_env()
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
@@ -126,6 +173,9 @@ def main() -> None:
             f"{predictor.image_size} inputs={args.num_images}x{side}x{side} "
             f"batch={args.batch_size} MALLOC_MMAP_MAX_={os.environ.get('MALLOC_MMAP_MAX_')}"
         )
+        if args.input_dir is not None:
+            bench_folder(args, predictor, Path(tmp))
+            return
         rows: list[tuple[str, bool, float]] = []
 
         def measure(name: str, tta: bool, run: Callable[[], float]) -> None:

@@ -43,6 +43,18 @@ def tiny_raw_config(tmp_path: Path, data_dir: Path | None = None) -> dict[str, A
     }
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_disk_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Point the persistent preprocessed cache at a session folder (never the user's cache)."""
+    previous = os.environ.get("SKINET_CACHE_DIR")
+    os.environ["SKINET_CACHE_DIR"] = str(tmp_path_factory.mktemp("skinet_cache"))
+    yield
+    if previous is None:
+        os.environ.pop("SKINET_CACHE_DIR", None)
+    else:
+        os.environ["SKINET_CACHE_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
 def synthetic_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small synthetic dataset in the official ISIC 2017 layout (8/4/4 images, 64x64)."""

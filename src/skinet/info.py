@@ -83,7 +83,8 @@ def _cpu_line() -> str:
 def _data_lines(config: Path | None) -> list[str]:
     try:
         from skinet.config import DataConfig, load_config
-        from skinet.data.layouts import DEFAULT_DATA_DIRS, candidate_roots
+        from skinet.data.layouts import DEFAULT_DATA_DIRS
+        from skinet.data.roots import candidate_roots
 
         data = load_config(config).data if config is not None else DataConfig()
         data_dir = data.data_dir or DEFAULT_DATA_DIRS[data.dataset]

@@ -9,13 +9,8 @@ import pytest
 
 from skinet.config import DataConfig
 from skinet.data import DatasetError, verify_dataset
-from skinet.data.layouts import (
-    ISIC2017_FOLDERS,
-    assign_splits,
-    read_layout,
-    resolve_data_root,
-)
-from skinet.data.loaders import index_dataset, resolve_root
+from skinet.data.layouts import ISIC2017_FOLDERS, assign_splits, read_layout
+from skinet.data.roots import index_dataset, resolve_data_root, resolve_root
 
 
 def _ids(samples) -> list[str]:

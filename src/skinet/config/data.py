@@ -38,6 +38,15 @@ class DataConfig(Section):
     """uint8 value of every channel of the ``letterbox`` padding (masks are padded with 0)."""
     color_constancy: Literal["none", "shades_of_gray"] = "none"
     """``shades_of_gray``: p = 6 Minkowski-norm white balance of each image before normalising."""
+    persistent_cache: bool = True
+    """Keep each split's decoded, preprocessed pixels as memory-mapped files under ``cache_dir``,
+    reused by later runs, seeds, trials and every DDP rank (needs ``TRAIN_CONFIG.cache_in_ram``)."""
+    cache_dir: str | None = None
+    """Folder of the persistent cache (``None``: ``$SKINET_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/skinet``, else ``~/.cache/skinet``)."""
+    reduced_jpeg_decode: bool = False
+    """Decode JPEGs at 1/2, 1/4 or 1/8 scale when ``image_size`` is that many times smaller
+    (the once-per-split decode of ``TRAIN_CONFIG.cache_in_ram``; prediction decodes in full)."""
     split_random_seed: int = 42
     """Seed of the train/val/test split for layouts without an official split."""
     val_fraction: float = Field(0.15, ge=0.0, lt=1.0)

@@ -1,5 +1,5 @@
 """Data pipeline: discovery of image/mask pairs per layout, dataset + RAM cache, transforms,
-loaders, synthetic data, statistics, visualisation and download.
+cache, loaders, synthetic data, statistics, visualisation and download.
 
 Names are imported lazily, so that prediction, which reads images through ``skinet.data.io``
 and ``skinet.data.preprocess``, does not import albumentations (the training extra).
@@ -23,12 +23,13 @@ _EXPORTS = {
     "build_dataset": "skinet.data.loaders",
     "build_normalizer": "skinet.data.transforms",
     "build_train_transform": "skinet.data.transforms",
+    "index_dataset": "skinet.data.roots",
     "make_synthetic_dataset": "skinet.data.synthetic",
     "read_layout": "skinet.data.layouts",
-    "resolve_data_root": "skinet.data.layouts",
-    "resolve_root": "skinet.data.loaders",
+    "resolve_data_root": "skinet.data.roots",
+    "resolve_root": "skinet.data.roots",
     "seed_worker": "skinet.data.loaders",
-    "verify_dataset": "skinet.data.loaders",
+    "verify_dataset": "skinet.data.verify",
     "visualize_augmented_data": "skinet.data.visualize",
 }
 

@@ -1,4 +1,4 @@
-"""``skinet data verify|stats|download``: argument parsing and one call per subcommand.
+"""``skinet data verify|stats|download|cache``: argument parsing and one call per subcommand.
 
 The main ``skinet`` CLI wires these in with :func:`add_data_subcommands`; this module also runs
 on its own: ``python -m skinet.data.cli verify --config C``.
@@ -20,7 +20,7 @@ from skinet.data.errors import DatasetError, Problem
 
 
 def add_data_subcommands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``data`` with its ``verify``, ``stats`` and ``download`` subcommands.
+    """Add ``data`` with its ``verify``, ``stats``, ``download`` and ``cache`` subcommands.
 
     Each leaf parser sets ``func`` to its handler, which takes the parsed namespace and returns
     the exit status.
@@ -53,6 +53,25 @@ def add_data_subcommands(subparsers: argparse._SubParsersAction) -> argparse.Arg
     download.add_argument("--base-url", default=None, help="mirror replacing the ISIC S3 bucket")
     download.add_argument("--keep-archives", action="store_true", help="keep the zip files")
     download.set_defaults(func=run_download)
+
+    cache = commands.add_parser("cache", help="list or clear the persistent preprocessed cache")
+    action = cache.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true", help="show every cached split")
+    action.add_argument("--clear", action="store_true", help="remove cached splits")
+    cache.add_argument(
+        "--older-than",
+        type=float,
+        default=None,
+        metavar="DAYS",
+        help="with --clear: only splits not used for this many days",
+    )
+    cache.add_argument(
+        "--cache-dir",
+        default=None,
+        help="cache folder (default: $SKINET_CACHE_DIR, else $XDG_CACHE_HOME/skinet or "
+        "~/.cache/skinet)",
+    )
+    cache.set_defaults(func=run_cache)
     return data
 
 
@@ -82,7 +101,8 @@ def _data_config(args: argparse.Namespace):  # -> DataConfig
 
 def run_verify(args: argparse.Namespace, console: Console | None = None) -> int:
     """Print every problem of the dataset; 0 when it is clean, 1 otherwise."""
-    from skinet.data.loaders import index_dataset, verify_dataset
+    from skinet.data.roots import index_dataset
+    from skinet.data.verify import verify_dataset
 
     console = console or Console(stderr=False)
     data = _data_config(args)
@@ -116,8 +136,8 @@ def _print_problems(console: Console, problems: list[Problem]) -> None:
 
 def run_stats(args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the mean/std of the chosen split's images as a ``DATA_CONFIG`` YAML block."""
-    from skinet.data.loaders import index_dataset
     from skinet.data.preprocess import build_preprocessing
+    from skinet.data.roots import index_dataset
     from skinet.data.stats import compute_channel_stats
 
     console = console or Console()
@@ -148,6 +168,44 @@ def run_download(args: argparse.Namespace, console: Console | None = None) -> in
         console.print(f"[bold red]download failed:[/bold red] {escape(str(exc))}")
         return 1
     console.print(f"[green]OK[/green] {args.dataset} is in {dest}")
+    return 0
+
+
+def run_cache(args: argparse.Namespace, console: Console | None = None) -> int:
+    """``--list`` the cached splits as a table, or ``--clear`` them (``--older-than DAYS``)."""
+    from datetime import datetime
+
+    from skinet.data.cache import clear_cache, default_cache_dir, list_cache
+
+    console = console or Console()
+    if args.older_than is not None and not args.clear:
+        raise UsageError("--older-than goes with --clear")
+    if args.older_than is not None and args.older_than < 0:
+        raise UsageError(f"--older-than must be >= 0 days, got {args.older_than}")
+    cache_dir = Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
+    if args.clear:
+        removed = clear_cache(cache_dir, args.older_than)
+        freed = sum(e.nbytes for e in removed) / 2**20
+        console.print(f"removed {len(removed)} cached split(s), {freed:.1f} MB, from {cache_dir}")
+        return 0
+    entries = list_cache(cache_dir)
+    # Plain aligned lines, not a table: nothing is cropped when piped, and they grep well.
+    row = "{:<32}  {:<9}  {:<5}  {:>6}  {:>9}  {:<19}  {:<19}"
+    print(f"{len(entries)} cached split(s) in {cache_dir}")
+    if entries:
+        print(row.format("key", "dataset", "split", "count", "size MB", "created", "last used"))
+    for entry in entries:
+        print(
+            row.format(
+                entry.key,
+                entry.dataset if entry.complete else "(incomplete)",
+                entry.split,
+                entry.count,
+                f"{entry.nbytes / 2**20:.1f}",
+                entry.created[:19],
+                datetime.fromtimestamp(entry.last_used).isoformat(timespec="seconds"),
+            )
+        )
     return 0
 
 

@@ -56,26 +56,38 @@ def decode_split(
     keep: bool,
     split: str | None = None,
     description: str | None = None,
+    reduced_decode: bool = False,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> DecodedSplit:
     """Decode, check and preprocess every pair; keep the pixels only when ``keep`` (the RAM cache).
 
     ``preprocessing`` is :func:`~skinet.data.preprocess.build_preprocessing`'s result, or an
     ``int`` for a plain squash to that size. All pairs are visited even after a problem, so the
-    caller can report every bad file at once.
+    caller can report every bad file at once. ``reduced_decode`` reads JPEGs at 1/2, 1/4 or 1/8
+    scale when the target is that many times smaller; ``out`` receives the pixels (e.g. the
+    memory-mapped files of the disk cache) instead of new arrays.
     """
     spec = as_preprocessing(preprocessing)
     if spec.image_size is None:
         raise ValueError("decode_split needs an image_size (the side of the cached arrays)")
     image_size = spec.image_size
     count = len(samples)
-    images = np.empty((count, image_size, image_size, 3), np.uint8) if keep else None
-    masks = np.empty((count, image_size, image_size), np.uint8) if keep else None
+    images: np.ndarray | None = None
+    masks: np.ndarray | None = None
+    if out is not None:
+        images, masks = out
+    elif keep:
+        images = np.empty((count, image_size, image_size, 3), np.uint8)
+        masks = np.empty((count, image_size, image_size), np.uint8)
     problems: list[Problem] = []
     grey_masks: list[Path] = []
 
     def work(i: int) -> list[Problem]:
         placed = spec if keep else None  # a check only: skip the preprocessing
-        result = load_pair(samples[i].image_path, samples[i].mask_path, placed, split, grey_masks)
+        sample = samples[i]
+        result = load_pair(
+            sample.image_path, sample.mask_path, placed, split, grey_masks, reduced_decode
+        )
         if isinstance(result, list):
             return result
         if images is not None and masks is not None:

@@ -13,11 +13,23 @@ import cv2
 import numpy as np
 
 from skinet.data.errors import DatasetError, Problem
-from skinet.data.preprocess import Preprocessing, as_preprocessing, preprocess_pair
+from skinet.data.preprocess import (
+    Preprocessing,
+    as_preprocessing,
+    compute_placement,
+    preprocess_pair,
+)
 from skinet.data.preprocess import resize_image as resize_image  # importable from here as before
 
 MASK_THRESHOLD = 128
 """Anti-aliased 8-bit masks are binarised at this value."""
+
+JPEG_REDUCTIONS = {
+    8: cv2.IMREAD_REDUCED_COLOR_8,
+    4: cv2.IMREAD_REDUCED_COLOR_4,
+    2: cv2.IMREAD_REDUCED_COLOR_2,
+}
+"""libjpeg's DCT-domain downscales, largest first: decoding at 1/r skips most of the work."""
 
 
 _SIGNATURES = (
@@ -68,14 +80,78 @@ def _read_bytes_checked(path: Path) -> np.ndarray:
     return np.frombuffer(data, np.uint8)
 
 
-def _decode(path: Path) -> np.ndarray:
-    buffer = _read_bytes_checked(path)
-    # IMREAD_UNCHANGED ignores the EXIF orientation; ANYDEPTH | ANYCOLOR keeps 16 bits and
-    # greyscale but rotates the pixels upright (alpha is dropped; nothing here uses it).
-    array = cv2.imdecode(buffer, cv2.IMREAD_ANYDEPTH | cv2.IMREAD_ANYCOLOR)
+# IMREAD_UNCHANGED ignores the EXIF orientation; ANYDEPTH | ANYCOLOR keeps 16 bits and greyscale
+# but rotates the pixels upright (alpha is dropped; nothing here uses it).
+FULL_DECODE = cv2.IMREAD_ANYDEPTH | cv2.IMREAD_ANYCOLOR
+
+
+def _decode(path: Path, flags: int = FULL_DECODE) -> np.ndarray:
+    return _decode_buffer(_read_bytes_checked(path), flags)
+
+
+def _decode_buffer(buffer: np.ndarray, flags: int = FULL_DECODE) -> np.ndarray:
+    array = cv2.imdecode(buffer, flags)
     if array is None or array.size == 0:
         raise DecodeError("cannot decode (corrupt or unsupported format)")
     return array
+
+
+def jpeg_size(data: bytes | np.ndarray) -> tuple[int, int] | None:
+    """``(height, width)`` from a JPEG's frame header, without decoding; ``None`` if not found."""
+    raw = bytes(data[:65536]) if isinstance(data, np.ndarray) else data[:65536]
+    i = 2
+    while i + 4 <= len(raw):
+        if raw[i] != 0xFF:
+            return None
+        marker = raw[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            i += 2
+            continue
+        # SOF0..SOF15 carry the frame size; C4 (DHT), C8 (JPG) and CC (DAC) do not.
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            if i + 9 > len(raw):
+                return None
+            return int.from_bytes(raw[i + 5 : i + 7], "big"), int.from_bytes(
+                raw[i + 7 : i + 9], "big"
+            )
+        i += 2 + int.from_bytes(raw[i + 2 : i + 4], "big")
+    return None
+
+
+def jpeg_reduction(height: int, width: int, spec: Preprocessing) -> int:
+    """The largest of 8, 4, 2 by which both sides exceed the resized content (else 1)."""
+    if spec.image_size is None:
+        return 1
+    content = compute_placement(height, width, spec.image_size, spec.resize_mode).content
+    return next(
+        (r for r in JPEG_REDUCTIONS if height >= r * content[0] and width >= r * content[1]), 1
+    )
+
+
+def read_image_reduced(path: Path, spec: Preprocessing) -> tuple[np.ndarray, tuple[int, int]]:
+    """:func:`read_image` of a JPEG at 1/2, 1/4 or 1/8 scale when ``spec`` shrinks it that much.
+
+    Returns the RGB uint8 image and its full-resolution ``(H, W)``; other formats, and JPEGs not
+    shrunk at least twofold, are read at full size.
+    """
+    buffer = _read_bytes_checked(path)
+    size = jpeg_size(buffer) if path.suffix.lower() in (".jpg", ".jpeg") else None
+    reduction = jpeg_reduction(*size, spec) if size is not None else 1
+    if reduction == 1:
+        image = _to_rgb(_to_uint8(_decode_buffer(buffer)))
+        return image, (image.shape[0], image.shape[1])
+    assert size is not None
+    # Upright like the full decode: REDUCED_COLOR applies the EXIF orientation too. The header
+    # gives the stored size, so a quarter turn swaps it.
+    image = cv2.cvtColor(_decode_buffer(buffer, JPEG_REDUCTIONS[reduction]), cv2.COLOR_BGR2RGB)
+    height, width = size
+    stored = (-(-height // reduction), -(-width // reduction))
+    if image.shape[:2] != stored and image.shape[:2] == stored[::-1]:
+        size = (width, height)
+    return image, size
 
 
 def _to_uint8(array: np.ndarray) -> np.ndarray:
@@ -93,7 +169,10 @@ def _to_uint8(array: np.ndarray) -> np.ndarray:
 
 def read_image(path: Path) -> np.ndarray:
     """An RGB uint8 (H, W, 3) image; grayscale, RGBA and 16-bit files are converted."""
-    array = _to_uint8(_decode(path))
+    return _to_rgb(_to_uint8(_decode(path)))
+
+
+def _to_rgb(array: np.ndarray) -> np.ndarray:
     if array.ndim == 2:
         return cv2.cvtColor(array, cv2.COLOR_GRAY2RGB)
     channels = array.shape[2]
@@ -150,17 +229,25 @@ def load_pair(
     preprocessing: Preprocessing | int | None,
     split: str | None = None,
     grey_masks: list[Path] | None = None,
+    reduced_decode: bool = False,
 ) -> tuple[np.ndarray, np.ndarray] | list[Problem]:
     """Decode, check and preprocess one pair; problems instead of arrays when it is unusable.
 
     ``preprocessing`` is a :class:`~skinet.data.preprocess.Preprocessing`, an ``int`` (plain
     squash to that size) or ``None`` (decode and check only). A mask with grey values is
-    thresholded and, when ``grey_masks`` is given, appended to it.
+    thresholded and, when ``grey_masks`` is given, appended to it. ``reduced_decode`` reads a
+    JPEG at reduced scale (:func:`read_image_reduced`) when the preprocessing shrinks it enough.
     """
     problems: list[Problem] = []
     image = mask = None
+    spec = as_preprocessing(preprocessing) if preprocessing is not None else None
+    size: tuple[int, int] | None = None
     try:
-        image = read_image(image_path)
+        if reduced_decode and spec is not None:
+            image, size = read_image_reduced(image_path, spec)
+        else:
+            image = read_image(image_path)
+            size = (image.shape[0], image.shape[1])
     except (DecodeError, OSError) as exc:
         problems.append(Problem(image_path, str(exc), split))
     try:
@@ -171,17 +258,18 @@ def load_pair(
         problems.append(Problem(mask_path, str(exc), split))
     if image is None or mask is None:
         return problems
-    if image.shape[:2] != mask.shape:
+    if size != mask.shape:
+        assert size is not None
         return [
             Problem(
                 mask_path,
                 f"mask size {mask.shape[1]}x{mask.shape[0]} does not match image size "
-                f"{image.shape[1]}x{image.shape[0]} ({image_path.name})",
+                f"{size[1]}x{size[0]} ({image_path.name})",
                 split,
             )
         ]
-    if preprocessing is not None:
-        image, mask = preprocess_pair(image, mask, as_preprocessing(preprocessing))
+    if spec is not None:
+        image, mask = preprocess_pair(image, mask, spec)
     return image, mask
 
 

@@ -261,34 +261,3 @@ def assign_splits(
             seed,
         )
     return splits
-
-
-def candidate_roots(
-    data_dir: str | Path, mount_point: str | None, local_root: str | None
-) -> list[Path]:
-    """Where a ``data_dir`` is looked for: as is if absolute; else mount, local root, cwd."""
-    path = Path(data_dir).expanduser()
-    if path.is_absolute():
-        return [path]
-    bases = [Path(b).expanduser() for b in (mount_point, local_root) if b] + [Path.cwd()]
-    return [base / path for base in bases]
-
-
-def resolve_data_root(
-    data_dir: str | Path, mount_point: str | None = None, local_root: str | None = None
-) -> Path:
-    """The first existing candidate of :func:`candidate_roots`.
-
-    Raises:
-        DatasetError: nothing exists; the message lists every path looked for.
-    """
-    candidates = candidate_roots(data_dir, mount_point, local_root)
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate
-    looked = "\n".join(f"  - {c}" for c in candidates)
-    raise DatasetError(
-        f"data_dir {str(data_dir)!r} not found; looked for:\n{looked}\n"
-        "Set DATA_CONFIG.data_dir to an absolute path, or DATA_CONFIG.azure_blob_mount_point / "
-        "DATA_CONFIG.local_data_root to the folder that contains it."
-    )

@@ -1,4 +1,8 @@
-"""``build_dataloaders``: config -> checked datasets -> ``RepeatDataLoader`` per split."""
+"""``build_dataloaders``: config -> checked datasets -> ``RepeatDataLoader`` per split.
+
+Roots and pairing live in :mod:`skinet.data.roots`, checks in :mod:`skinet.data.verify`, the
+disk cache in :mod:`skinet.data.cache`; this module only builds datasets and loaders.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,21 +24,19 @@ from torch.utils.data import (
     get_worker_info,
 )
 
-from skinet.config import DataConfig, ExperimentConfig
-from skinet.data.dataset import SegmentationDataset, decode_split
+from skinet.config import ExperimentConfig
+from skinet.data.cache import load_or_build_split, resolve_cache_dir
+from skinet.data.dataset import DecodedSplit, SegmentationDataset, decode_split
 from skinet.data.errors import DatasetError, Problem
-from skinet.data.layouts import (
-    DEFAULT_DATA_DIRS,
-    DatasetIndex,
-    Sample,
-    assign_splits,
-    candidate_roots,
-    read_layout,
-    resolve_data_root,
-)
-from skinet.data.preprocess import build_preprocessing
-from skinet.data.synthetic import is_complete, make_synthetic_dataset
+from skinet.data.layouts import Sample
+from skinet.data.preprocess import Preprocessing, build_preprocessing
+
+# index_dataset, resolve_root and verify_dataset stay importable from here, as before the split.
+from skinet.data.roots import index_dataset as index_dataset
+from skinet.data.roots import resolve_root as resolve_root
 from skinet.data.transforms import build_normalizer, build_train_transform
+from skinet.data.verify import decode_problems, split_problems
+from skinet.data.verify import verify_dataset as verify_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -189,110 +190,6 @@ class DataLoaders:
     test_dataset: SegmentationDataset | None
 
 
-def _data_cfg(cfg: ExperimentConfig | DataConfig) -> DataConfig:
-    return cfg.data if isinstance(cfg, ExperimentConfig) else cfg
-
-
-def resolve_root(cfg: ExperimentConfig | DataConfig, *, generate: bool = True) -> Path:
-    """The dataset folder of ``DATA_CONFIG``, generating the synthetic set when it is absent.
-
-    ``data_dir`` absolute is used as is; relative, it is looked for under
-    ``azure_blob_mount_point``, then ``local_data_root``, then the current directory.
-    """
-    data = _data_cfg(cfg)
-    data_dir = data.data_dir or DEFAULT_DATA_DIRS[data.dataset]
-    if data.dataset == "synthetic":
-        candidates = candidate_roots(data_dir, data.azure_blob_mount_point, data.local_data_root)
-        root = next((c for c in candidates if is_complete(c)), None)
-        if root is None:
-            # Generate where a user would look first among the writable places: the local root
-            # (or the path itself when absolute), else the current directory.
-            root = (
-                candidates[1]
-                if data.azure_blob_mount_point and len(candidates) > 1
-                else candidates[0]
-            )
-            if not generate:
-                raise DatasetError(f"synthetic dataset not generated yet at {root}")
-            logger.info("generating synthetic dataset in %s", root)
-            make_synthetic_dataset(
-                root,
-                num_train=data.synthetic_num_train,
-                num_val=data.synthetic_num_val,
-                num_test=data.synthetic_num_test,
-                image_size=data.synthetic_image_size,
-                seed=data.split_random_seed,
-            )
-        return root
-    return resolve_data_root(data_dir, data.azure_blob_mount_point, data.local_data_root)
-
-
-def index_dataset(
-    cfg: ExperimentConfig | DataConfig,
-) -> tuple[DatasetIndex, dict[str, list[Sample]]]:
-    """The layout's pairs and their train/val/test assignment (truncated by ``max_samples``)."""
-    data = _data_cfg(cfg)
-    index = read_layout(resolve_root(data), data.dataset, data.mask_suffix)
-    if data.split_file is not None:
-        from skinet.data.splits import apply_split_file
-
-        splits = apply_split_file(index, data.split_file)
-    else:
-        splits = assign_splits(index, data.split_random_seed, data.val_fraction, data.test_fraction)
-    if data.max_samples_per_split is not None:
-        splits = {name: pairs[: data.max_samples_per_split] for name, pairs in splits.items()}
-    return index, splits
-
-
-def verify_dataset(
-    cfg: ExperimentConfig | DataConfig | str | Path,
-    dataset: str | None = None,
-    *,
-    mask_suffix: str = "_segmentation",
-    decode: bool = True,
-) -> list[Problem]:
-    """Every problem of a dataset: pairing, splits, and (``decode``) each file's content.
-
-    Args:
-        cfg: A config, or a dataset folder together with ``dataset`` (the layout name).
-        dataset: Layout name when ``cfg`` is a folder.
-        mask_suffix: Mask suffix of the ``folder`` layout when ``cfg`` is a folder.
-        decode: Also decode every image and mask (slower, catches corrupt files).
-    """
-    if isinstance(cfg, (str, Path)):
-        if dataset is None:
-            raise ValueError("verify_dataset(root) needs dataset= (the layout name)")
-        data = DataConfig(
-            dataset=dataset, data_dir=str(Path(cfg).resolve()), mask_suffix=mask_suffix
-        )  # type: ignore[arg-type]
-    else:
-        data = _data_cfg(cfg)
-    try:
-        index, splits = index_dataset(data)
-    except DatasetError as exc:
-        return exc.problems or [Problem(Path(data.data_dir or "."), str(exc))]
-    problems = list(index.problems) + _split_problems(index, splits)
-    if decode:
-        problems += _decode_problems(splits)
-    return problems
-
-
-def _decode_problems(splits: dict[str, list[Sample]]) -> list[Problem]:
-    """Every unreadable file of the paired samples (decoded for the check only, not kept)."""
-    problems: list[Problem] = []
-    for name, pairs in splits.items():
-        problems += decode_split(pairs, 8, keep=False, split=name).problems
-    return problems
-
-
-def _split_problems(index: DatasetIndex, splits: dict[str, list[Sample]]) -> list[Problem]:
-    problems = []
-    for name in ("train", "val"):
-        if not splits.get(name):
-            problems.append(Problem(index.root, f"{name} split is empty"))
-    return problems
-
-
 def build_dataset(
     cfg: ExperimentConfig,
     split: str,
@@ -311,9 +208,7 @@ def build_dataset(
         samples = splits[split]
     data = cfg.data
     preprocessing = build_preprocessing(cfg)
-    # augment_on: device moves the cached training split to the accelerator: always cache it.
-    keep = cfg.train.cache_in_ram or (split == "train" and cfg.train.augment_on == "device")
-    decoded = decode_split(samples, preprocessing, keep=keep, split=split)
+    decoded = decode_dataset_split(cfg, split, samples, preprocessing)
     if decoded.problems:
         raise DatasetError(decoded.problems)
     dataset = SegmentationDataset(
@@ -328,12 +223,42 @@ def build_dataset(
     )
     if dataset.cached:
         logger.info(
-            "cached %s split in RAM: %d samples, %.1f MB",
+            "cached %s split in RAM%s: %d samples, %.1f MB",
             split,
+            " (memory-mapped, shared through the page cache)"
+            if isinstance(decoded.images, np.memmap)
+            else "",
             len(dataset),
             dataset.cache_nbytes / 2**20,
         )
     return dataset
+
+
+def decode_dataset_split(
+    cfg: ExperimentConfig, split: str, samples: list[Sample], preprocessing: Preprocessing
+) -> DecodedSplit:
+    """A split's pixels: from the disk cache when ``persistent_cache`` (and ``cache_in_ram``),
+    else decoded now (kept only with ``cache_in_ram``)."""
+    data = cfg.data
+    cache_dir = resolve_cache_dir(data)
+    # augment_on: device moves the cached training split to the accelerator: always cache it.
+    keep = cfg.train.cache_in_ram or (split == "train" and cfg.train.augment_on == "device")
+    if keep and cache_dir is not None:
+        return load_or_build_split(
+            samples,
+            preprocessing,
+            cache_dir,
+            split=split,
+            dataset=data.dataset,
+            reduced_decode=data.reduced_jpeg_decode,
+        )
+    return decode_split(
+        samples,
+        preprocessing,
+        keep=keep,
+        split=split,
+        reduced_decode=data.reduced_jpeg_decode,
+    )
 
 
 def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> DataLoaders:
@@ -353,10 +278,10 @@ def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> D
         DatasetError: listing every problem found (all splits together).
     """
     index, splits = index_dataset(cfg)
-    problems = list(index.problems) + _split_problems(index, splits)
+    problems = list(index.problems) + split_problems(index, splits)
     if problems:
         # Report the unreadable files too, so one run shows everything `skinet data verify` does.
-        problems += _decode_problems(splits)
+        problems += decode_problems(splits)
         raise DatasetError(problems, header=f"dataset {index.root} has {len(problems)} problem(s)")
     datasets: dict[str, SegmentationDataset | None] = {}
     all_problems: list[Problem] = []

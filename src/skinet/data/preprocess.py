@@ -170,9 +170,15 @@ def as_preprocessing(spec: Preprocessing | int | None) -> Preprocessing:
     return spec if isinstance(spec, Preprocessing) else Preprocessing(spec)
 
 
-def preprocess_image(image: np.ndarray, spec: Preprocessing) -> tuple[np.ndarray, Placement]:
-    """RGB uint8 ``(H, W, 3)`` -> RGB uint8 model input and the :class:`Placement` undoing it."""
-    height, width = image.shape[:2]
+def preprocess_image(
+    image: np.ndarray, spec: Preprocessing, original: tuple[int, int] | None = None
+) -> tuple[np.ndarray, Placement]:
+    """RGB uint8 ``(H, W, 3)`` -> RGB uint8 model input and the :class:`Placement` undoing it.
+
+    ``original`` is the ``(H, W)`` the placement is computed for when ``image`` was decoded at a
+    reduced scale (a JPEG read at 1/2, 1/4 or 1/8); it defaults to ``image``'s own size.
+    """
+    height, width = original or image.shape[:2]
     placement = compute_placement(height, width, spec.image_size, spec.resize_mode)
     content = resize_image(image, placement.content)
     if spec.color_constancy == "shades_of_gray":
@@ -195,8 +201,12 @@ def preprocess_mask(mask: np.ndarray, placement: Placement, size: int | None) ->
 def preprocess_pair(
     image: np.ndarray, mask: np.ndarray, spec: Preprocessing
 ) -> tuple[np.ndarray, np.ndarray]:
-    """An image and its mask through :func:`preprocess_image` with the same placement."""
-    placed, placement = preprocess_image(image, spec)
+    """An image and its mask through :func:`preprocess_image` with the same placement.
+
+    The placement is computed for the mask's size, which is the image's size before any
+    reduced-scale decode.
+    """
+    placed, placement = preprocess_image(image, spec, original=mask.shape[:2])
     return placed, preprocess_mask(mask, placement, spec.image_size)
 
 

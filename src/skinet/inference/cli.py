@@ -27,6 +27,13 @@ CHECKPOINTS: dict[str, Any] = {
 }
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threshold", type=probability, help="override the checkpoint's threshold (0..1)"
@@ -86,7 +93,12 @@ def run_predict(args: argparse.Namespace) -> int:
     predictor = _build_predictor(args)
     log.info("threshold %.3f, %d image(s) -> %s", predictor.threshold, len(paths), args.output)
     report = predict_paths(
-        predictor, paths, args.output, save_proba=args.save_proba, save_overlay=args.save_overlay
+        predictor,
+        paths,
+        args.output,
+        save_proba=args.save_proba,
+        save_overlay=args.save_overlay,
+        io_workers=args.io_workers,
     )
     log.info("wrote %d mask(s) to %s", len(report.written), args.output)
     _report_failures({p.name: m for p, m in report.failures.items()}, "images", len(paths))
@@ -277,6 +289,12 @@ def add_inference_subcommands(subparsers: Any) -> None:
     )
     predict.add_argument(
         "--save-overlay", action="store_true", help="also write <stem>_overlay.png (contour)"
+    )
+    predict.add_argument(
+        "--io-workers",
+        type=_non_negative_int,
+        default=2,
+        help="threads decoding and writing while the model runs (0: all in one thread)",
     )
 
     evaluate = subparsers.add_parser(

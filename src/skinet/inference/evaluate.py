@@ -22,7 +22,7 @@ from skinet.config import ExperimentConfig
 from skinet.data.errors import DatasetError
 from skinet.data.io import DecodeError, read_image, read_mask
 from skinet.data.layouts import MASK_SUFFIXES, Sample, assign_splits, read_layout
-from skinet.data.loaders import resolve_root
+from skinet.data.roots import resolve_root
 from skinet.data.splits import apply_split_file
 from skinet.inference.gallery import GALLERY_FILE, FailureGallery
 from skinet.inference.metrics import (

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -13,6 +15,7 @@ import numpy as np
 
 from skinet.data.io import DecodeError, read_image
 from skinet.data.layouts import is_image
+from skinet.data.preprocess import Placement
 from skinet.inference.predictor import Predictor
 
 log = logging.getLogger(__name__)
@@ -20,6 +23,10 @@ log = logging.getLogger(__name__)
 ProbaFormat = Literal["png", "npy"]
 OVERLAY_COLOR = (0, 255, 0)  # RGB
 """Colour of the predicted lesion contour on overlays."""
+DEFAULT_IO_WORKERS = 2
+"""Threads that decode and write while the model runs (``0``: everything in one thread)."""
+PREFETCH_BATCHES = 2
+"""Batches decoded ahead of the model, and batches of results waiting to be written."""
 
 
 @dataclass
@@ -82,6 +89,87 @@ def _read_batches(
         yield batch_paths, images
 
 
+Prepared = tuple[np.ndarray, np.ndarray, Placement]
+"""A decoded RGB image, its normalised model input and the placement that maps it back."""
+
+
+def _read_prepared(predictor: Predictor, path: Path) -> Prepared:
+    image = read_image(path)
+    chw, placement = predictor.prepare(image)
+    return image, chw, placement
+
+
+def _prefetch_batches(
+    predictor: Predictor,
+    paths: Sequence[Path],
+    pool: ThreadPoolExecutor,
+    failures: dict[Path, str],
+) -> Iterator[tuple[list[Path], list[Prepared]]]:
+    """Batches decoded and preprocessed in ``pool``, up to two batches ahead, in input order.
+
+    Unreadable files go to ``failures`` (in input order) and are skipped, as in
+    :func:`_read_batches`. The bounded lookahead caps the decoded images held in memory.
+    """
+    batch_size = predictor.batch_size
+    pending: deque[tuple[Path, Future[Prepared]]] = deque()
+    upcoming = iter(paths)
+
+    def top_up() -> None:
+        while len(pending) < PREFETCH_BATCHES * batch_size:
+            path = next(upcoming, None)
+            if path is None:
+                return
+            pending.append((path, pool.submit(_read_prepared, predictor, path)))
+
+    top_up()
+    batch_paths: list[Path] = []
+    batch: list[Prepared] = []
+    while pending:
+        path, future = pending.popleft()
+        top_up()
+        try:
+            batch.append(future.result())
+            batch_paths.append(path)
+        except (DecodeError, OSError) as error:
+            failures[path] = str(error)
+            log.error("%s: %s", path, error)
+        if len(batch) == batch_size:
+            yield batch_paths, batch
+            batch_paths, batch = [], []
+    if batch:
+        yield batch_paths, batch
+
+
+@dataclass(frozen=True)
+class _Outputs:
+    """What to write for each image, and where."""
+
+    predictor: Predictor
+    output_dir: Path
+    save_proba: ProbaFormat | None
+    save_overlay: bool
+
+    def write(self, path: Path, image: np.ndarray, probs: np.ndarray) -> Path:
+        """Write the mask (and proba/overlay) of ``path``; returns the mask's path."""
+        mask = self.predictor.binarize(probs)
+        target = self.output_dir / f"{path.stem}_mask.png"
+        _write_png(target, mask * np.uint8(255))
+        if self.save_proba == "npy":
+            np.save(self.output_dir / f"{path.stem}_proba.npy", probs)
+        elif self.save_proba == "png":
+            scaled = np.round(probs * 255).astype(np.uint8)
+            _write_png(self.output_dir / f"{path.stem}_proba.png", scaled)
+        if self.save_overlay:
+            _write_png(self.output_dir / f"{path.stem}_overlay.png", draw_overlay(image, mask))
+        return target
+
+    def restore_and_write(
+        self, path: Path, image: np.ndarray, probs: np.ndarray, placement: Placement
+    ) -> Path:
+        """:meth:`write` of a probability map still at the model's input size."""
+        return self.write(path, image, self.predictor.restore(probs, placement))
+
+
 def predict_paths(
     predictor: Predictor,
     paths: Sequence[Path],
@@ -89,40 +177,89 @@ def predict_paths(
     save_proba: ProbaFormat | None = None,
     save_overlay: bool = False,
     progress: bool = True,
+    io_workers: int = DEFAULT_IO_WORKERS,
 ) -> PredictReport:
     """Predict every image and write ``<stem>_mask.png`` (0/255) at its original size.
 
     Also writes ``<stem>_proba.png`` (0..255) or ``<stem>_proba.npy`` (float32) with
     ``save_proba``, and ``<stem>_overlay.png`` with ``save_overlay``. A file that cannot be read
     or written is recorded in the report and the others carry on.
+
+    With ``io_workers > 0`` that many threads decode and preprocess the next batches and
+    restore and write the finished ones while the model runs (OpenCV releases the GIL); the
+    files written and the report are the same as with ``io_workers=0`` (all in the caller's
+    thread), in input order.
     """
     from rich.progress import MofNCompleteColumn, Progress, TimeRemainingColumn
 
+    if io_workers < 0:
+        raise ValueError(f"io_workers must be >= 0, got {io_workers}")
     output_dir.mkdir(parents=True, exist_ok=True)
     report = PredictReport()
+    outputs = _Outputs(predictor, output_dir, save_proba, save_overlay)
     columns = (*Progress.get_default_columns()[:2], MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, disable=not progress, transient=False) as bar:
         task = bar.add_task("predicting", total=len(paths))
-        for batch_paths, images in _read_batches(paths, predictor.batch_size, report.failures):
-            for path, image, probs in zip(
-                batch_paths, images, predictor.predict_proba_batch(images), strict=True
-            ):
-                try:
-                    mask = predictor.binarize(probs)
-                    target = output_dir / f"{path.stem}_mask.png"
-                    _write_png(target, mask * np.uint8(255))
-                    if save_proba == "npy":
-                        np.save(output_dir / f"{path.stem}_proba.npy", probs)
-                    elif save_proba == "png":
-                        scaled = np.round(probs * 255).astype(np.uint8)
-                        _write_png(output_dir / f"{path.stem}_proba.png", scaled)
-                    if save_overlay:
-                        overlay = draw_overlay(image, mask)
-                        _write_png(output_dir / f"{path.stem}_overlay.png", overlay)
-                    report.written.append(target)
-                except OSError as error:
-                    report.failures[path] = str(error)
-                    log.error("%s: %s", path, error)
+
+        def advance() -> None:
             bar.update(task, completed=len(report.written) + len(report.failures))
+
+        if io_workers == 0:
+            _predict_serial(predictor, paths, outputs, report, advance)
+        else:
+            _predict_threaded(predictor, paths, outputs, report, advance, io_workers)
         bar.update(task, completed=len(paths))
     return report
+
+
+def _record(report: PredictReport, path: Path, write: Callable[[], Path]) -> None:
+    try:
+        report.written.append(write())
+    except OSError as error:
+        report.failures[path] = str(error)
+        log.error("%s: %s", path, error)
+
+
+def _predict_serial(
+    predictor: Predictor,
+    paths: Sequence[Path],
+    outputs: _Outputs,
+    report: PredictReport,
+    advance: Callable[[], None],
+) -> None:
+    for batch_paths, images in _read_batches(paths, predictor.batch_size, report.failures):
+        probs_list = predictor.predict_proba_batch(images)
+        for path, image, probs in zip(batch_paths, images, probs_list, strict=True):
+            _record(report, path, lambda: outputs.write(path, image, probs))  # noqa: B023
+        advance()
+
+
+def _predict_threaded(
+    predictor: Predictor,
+    paths: Sequence[Path],
+    outputs: _Outputs,
+    report: PredictReport,
+    advance: Callable[[], None],
+    io_workers: int,
+) -> None:
+    writes: deque[tuple[Path, Future[Path]]] = deque()
+    limit = PREFETCH_BATCHES * predictor.batch_size
+
+    def settle(keep: int) -> None:
+        while len(writes) > keep:
+            path, future = writes.popleft()
+            _record(report, path, future.result)
+
+    with ThreadPoolExecutor(io_workers, thread_name_prefix="skinet-predict-io") as pool:
+        for batch_paths, batch in _prefetch_batches(predictor, paths, pool, report.failures):
+            probs_batch = predictor.forward_prepared(
+                [(chw, placement) for _, chw, placement in batch]
+            )
+            for path, (image, _, placement), probs in zip(
+                batch_paths, batch, probs_batch, strict=True
+            ):
+                future = pool.submit(outputs.restore_and_write, path, image, probs, placement)
+                writes.append((path, future))
+            settle(limit)  # bounded: at most two batches of results wait to be written
+            advance()
+        settle(0)

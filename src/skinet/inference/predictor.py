@@ -144,11 +144,24 @@ class Predictor:
         out: list[np.ndarray] = []
         for start in range(0, len(images), self.batch_size):
             prepared = [self.prepare(image) for image in images[start : start + self.batch_size]]
-            batch = np.stack([chw for chw, _ in prepared])
-            for (_, placement), probs in zip(prepared, self._forward(batch), strict=True):
-                restored = placement.restore(probs)
-                out.append(np.clip(restored, 0.0, 1.0).astype(np.float32, copy=False))
+            for probs, (_, placement) in zip(
+                self.forward_prepared(prepared), prepared, strict=True
+            ):
+                out.append(self.restore(probs, placement))
         return out
+
+    def forward_prepared(self, prepared: Sequence[tuple[np.ndarray, Placement]]) -> np.ndarray:
+        """The model's probabilities ``(N, S, S)`` for :meth:`prepare` results (one batch).
+
+        With :meth:`prepare` and :meth:`restore` this is :meth:`predict_proba_batch` in three
+        steps, so a caller can run the CPU steps in other threads while the model runs.
+        """
+        return self._forward(np.stack([chw for chw, _ in prepared]))
+
+    @staticmethod
+    def restore(probs: np.ndarray, placement: Placement) -> np.ndarray:
+        """A probability map at ``image_size`` -> float32 ``(H, W)`` in ``[0, 1]``."""
+        return np.clip(placement.restore(probs), 0.0, 1.0).astype(np.float32, copy=False)
 
     def predict_proba(self, image: np.ndarray) -> np.ndarray:
         """Probability map float32 ``(H, W)`` in ``[0, 1]`` at the image's resolution."""
