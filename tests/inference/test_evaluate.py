@@ -162,9 +162,9 @@ def test_evaluate_without_spacing_has_pixel_columns_only(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        (["--pixel-spacing-mm", "0"], "must be a positive number"),
+        (["--pixel-spacing-mm", "0"], "expected a number > 0"),
         (["--pixel-spacing-mm", "1", "2", "3"], "one value (isotropic) or two"),
-        (["--gallery", "-1"], "must be 0 or more"),
+        (["--gallery", "-1"], "expected an integer >= 0"),
     ],
 )
 def test_bad_evaluate_options_are_usage_errors(

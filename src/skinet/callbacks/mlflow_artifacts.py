@@ -19,7 +19,6 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_summary import ModelSummary
-from mlflow.entities import Param
 
 if TYPE_CHECKING:
     from skinet.config import ExperimentConfig
@@ -155,6 +154,8 @@ def log_params_once(logger: MLFlowLogger, params: dict[str, str]) -> None:
         client.set_tag(run_id, RESUMES_TAG, str(resume))
         if changed:
             log.info("resumed with changed parameters: %s", ", ".join(sorted(changed)))
+    from mlflow.entities import Param
+
     batch = [Param(key, value) for key, value in new.items()]
     for start in range(0, len(batch), 100):
         client.log_batch(run_id, params=batch[start : start + 100], synchronous=True)

@@ -80,13 +80,21 @@ def _add_source_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None, help="dataset folder (instead of --config)")
     parser.add_argument("--dataset", default="isic2017", choices=DATASET_NAMES, help="layout name")
     parser.add_argument("--mask-suffix", default="_segmentation", help="folder layout only")
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.KEY=VALUE",
+        help="override a value of --config, e.g. --set DATA_CONFIG.color_constancy=shades_of_gray",
+    )
 
 
 def _data_config(args: argparse.Namespace):  # -> DataConfig
-    from skinet.config import DataConfig, load_config
+    from skinet.config import DataConfig, load_config, parse_overrides
 
+    if getattr(args, "set", None) and not args.config:
+        raise UsageError("--set overrides a config: give --config too")
     if args.config:
-        data = load_config(args.config).data
+        data = load_config(args.config, parse_overrides(getattr(args, "set", None) or [])).data
         if args.data_dir:
             data = data.model_copy(update={"data_dir": args.data_dir})
         return data
