@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,17 @@ import pytest
 from skinet.config import ExperimentConfig, parse_config
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
+@pytest.fixture(autouse=True)
+def _restore_deterministic_mode() -> Iterator[None]:
+    """A Trainer with ``deterministic=True`` switches torch's global mode on; switch it back."""
+    import torch
+
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    yield
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 def tiny_raw_config(tmp_path: Path, data_dir: Path | None = None) -> dict[str, Any]:
