@@ -7,7 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: run test lint typecheck pytest docs bench clean setup
+# make test-heavy: the subprocess, signal and DDP tests kept out of the quick suite
+
+.PHONY: run test test-heavy lint typecheck pytest docs bench clean setup
 
 setup: $(STAMP)
 
@@ -33,6 +35,9 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest
 
 test: lint typecheck docs pytest
+
+test-heavy: $(STAMP)
+	$(BIN)/python -m pytest -m heavy
 
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html

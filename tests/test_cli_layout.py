@@ -31,7 +31,18 @@ def _imports(path: Path) -> set[str]:
     """SkiNet modules ``path`` imports anywhere (inside functions too), names resolved to the
     submodule when ``from package import submodule`` is used."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    # Imports under ``if TYPE_CHECKING:`` never run, so they make no cycle.
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for child in node.body
+        for inner in ast.walk(child)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name in MODULES}
         elif isinstance(node, ast.ImportFrom) and node.module in MODULES and not node.level:

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.heavy
 def test_bench_cache_quick_reports_a_shared_second_run(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     argv = ["--quick", "--num-images", "6", "--height", "300", "--width", "400", "--json", str(out)]

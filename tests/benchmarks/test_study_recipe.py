@@ -24,6 +24,7 @@ def _load_script() -> ModuleType:
     return module
 
 
+@pytest.mark.heavy
 def test_study_runs_cells_and_a_restart_skips_finished_ones(
     tmp_path: Path, synthetic_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -83,6 +83,7 @@ def test_evaluate_cli_scores_an_ensemble_and_tunes_its_threshold(
     assert run_cli([*argv, "--tune-threshold", "--threshold", "0.3", "--output", "x"]) == 2
 
 
+@pytest.mark.heavy
 @pytest.mark.skipif(not HAS_ONNX, reason="needs onnx, onnxscript and onnxruntime")
 def test_ensemble_exports_as_one_onnx_graph_with_parity(
     trained_checkpoint: Path, second_checkpoint: Path, tmp_path: Path

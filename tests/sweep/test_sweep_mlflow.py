@@ -35,6 +35,7 @@ def test_tag_constants_match_mlflow() -> None:
     assert tracking_runs.PARENT_RUN_ID_TAG == MLFLOW_PARENT_RUN_ID
 
 
+@pytest.mark.heavy
 def test_grid_2x2_nests_four_named_child_runs(tiny_raw: dict[str, Any], tmp_path: Path) -> None:
     raw = one_epoch(tiny_raw, lr=[1e-3, 2e-3], weight_decay=[0.0, 0.01])
     config = tmp_path / "sweep.yaml"

@@ -23,6 +23,7 @@ def _client(raw: dict[str, Any]) -> tuple[MlflowClient, str]:
     return client, client.get_experiment_by_name("tiny").experiment_id
 
 
+@pytest.mark.heavy
 def test_three_seeds_give_three_runs_and_a_matching_summary(tiny_raw: dict[str, Any]) -> None:
     raw = one_epoch(tiny_raw)
     summary = run_seeds(parse_config(raw), [42, 200, 300])
@@ -61,6 +62,7 @@ def test_duplicate_seeds_are_refused(tiny_raw: dict[str, Any]) -> None:
         run_seeds(parse_config(tiny_raw), [1, 1], run_training_fn=FakeTrainer())
 
 
+@pytest.mark.heavy
 def test_ablation_2x1_writes_the_table(tiny_raw: dict[str, Any]) -> None:
     raw = one_epoch(tiny_raw)
     result = run_ablation(parse_config(raw), ["classical", "he2"], ["attention_gate"])

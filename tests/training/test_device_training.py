@@ -72,6 +72,7 @@ DDP_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.heavy
 def test_ddp_ranks_draw_disjoint_shards_of_indices(
     tiny_raw: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -180,6 +180,7 @@ def _run_script(raw: dict[str, Any], tmp_path: Path, mode: str) -> dict[str, flo
     return json.loads(line.removeprefix("METRICS="))
 
 
+@pytest.mark.heavy
 def test_ddp_validation_sums_counts_across_ranks(tiny_raw: dict[str, Any], tmp_path: Path) -> None:
     raw = _offline(tiny_raw)
     single = _run_script(raw, tmp_path, "validate")
@@ -213,6 +214,7 @@ def test_ddp_metrics_count_each_image_once_on_odd_splits(tmp_path: Path) -> None
         assert ddp[name] == pytest.approx(single[name], abs=1e-6), name
 
 
+@pytest.mark.heavy
 def test_ddp_two_cpu_processes_train_end_to_end(tiny_raw: dict[str, Any], tmp_path: Path) -> None:
     raw = _offline(tiny_raw, max_epochs=1, strategy="ddp", devices=2)
     metrics = _run_script(raw, tmp_path, "train")

@@ -96,6 +96,7 @@ def racing_rounds(tmp_path_factory: pytest.TempPathFactory, synthetic_root: Path
     return folder
 
 
+@pytest.mark.heavy
 def test_runs_started_together_on_a_new_sqlite_store_all_succeed(racing_rounds: Path) -> None:
     log = (racing_rounds / "racers.log").read_text()
     codes = {p.name: p.read_text() for p in racing_rounds.glob("rc_*")}
@@ -104,6 +105,7 @@ def test_runs_started_together_on_a_new_sqlite_store_all_succeed(racing_rounds: 
     assert "duplicate column" not in log
 
 
+@pytest.mark.heavy
 def test_runs_started_in_the_same_second_get_their_own_folders(racing_rounds: Path) -> None:
     for r in range(ROUNDS):
         runs = [p.parent for p in (racing_rounds / f"round_{r}").glob("*/metrics.json")]
@@ -160,6 +162,7 @@ def test_resume_last_takes_the_newest_run_of_the_same_experiment(
     assert torch.load(others[0] / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
 
 
+@pytest.mark.heavy
 def test_kill_before_the_test_then_resume_last_finishes_the_run(
     tiny_raw: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -184,6 +187,7 @@ def test_kill_before_the_test_then_resume_last_finishes_the_run(
     assert "test_dice" in mlflow_run.data.metrics
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_marks_the_run_killed_and_leaves_a_resumable_checkpoint(
     tiny_raw: dict[str, Any], tmp_path: Path, sig: signal.Signals, code: int
@@ -231,6 +235,7 @@ def test_last_checkpoint_is_written_after_every_epoch(
     assert torch.load(last, weights_only=True)["epoch"] == 1
 
 
+@pytest.mark.heavy
 def test_killed_and_resumed_run_reproduces_the_uninterrupted_one(
     tiny_raw: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -298,6 +303,7 @@ def test_resume_with_more_epochs_applies_the_current_schedule_and_records_it(
     assert params["resume/1/TRAIN_CONFIG/early_stopping_config/patience"] == "7"
 
 
+@pytest.mark.heavy
 def test_ddp_ranks_use_rank_zero_run_folder_and_write_nothing_of_their_own(
     tiny_raw: dict[str, Any], tmp_path: Path
 ) -> None:

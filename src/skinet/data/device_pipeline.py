@@ -11,7 +11,7 @@ name when the config is loaded (:func:`check_device_transforms`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import albumentations as A
 import cv2
@@ -19,11 +19,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from skinet.config import ExperimentConfig
-from skinet.config.transform import TransformSpec
 from skinet.data import device_augment as ops
 from skinet.data.augment import resolve_transform_class
 from skinet.data.transforms import resolve_transform_seed
+
+if TYPE_CHECKING:  # config.experiment imports this module to check device transforms
+    from skinet.config import ExperimentConfig
+    from skinet.config.transform import TransformSpec
 
 Params = dict[str, Tensor]
 

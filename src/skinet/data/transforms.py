@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from skinet.config import ExperimentConfig, TransformConfig
-
 if TYPE_CHECKING:
     import albumentations as A
+
+    from skinet.config import ExperimentConfig, TransformConfig
 
 
 def resolve_transform_seed(transform_cfg: TransformConfig, fallback_seed: int) -> int:
