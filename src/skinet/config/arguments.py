@@ -29,48 +29,38 @@ class UsageError(ValueError):
     """Options that are missing, conflicting or out of range; ``skinet`` exits with status 2."""
 
 
+def _number(
+    text: str, convert: Callable[[str], Any], accept: Callable[[Any], bool], expected: str
+) -> Any:
+    """``convert(text)`` if it converts and ``accept``s, else an ``ArgumentTypeError``."""
+    try:
+        value = convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not accept(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """An ``argparse`` type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+    return int(_number(text, int, lambda value: value >= 1, "an integer >= 1"))
 
 
 def non_negative_int(text: str) -> int:
     """An ``argparse`` type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+    return int(_number(text, int, lambda value: value >= 0, "an integer >= 0"))
 
 
 def positive_float(text: str) -> float:
     """An ``argparse`` type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
-    return value
+    finite_positive = lambda value: math.isfinite(value) and value > 0  # noqa: E731
+    return float(_number(text, float, finite_positive, "a number > 0"))
 
 
 def probability(text: str) -> float:
     """An ``argparse`` type: a number in [0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
-    return value
+    return float(_number(text, float, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1]"))
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Data pipeline: discovery of image/mask pairs per layout, dataset + RAM cache, transforms,
-cache, loaders, synthetic data, statistics, visualisation and download.
+"""Data pipeline: discovery of image/mask pairs per layout, dataset + RAM cache, the
+persistent cache, transforms, loaders, synthetic data, statistics, visualisation and download.
 
 Names are imported lazily, so that prediction, which reads images through ``skinet.data.io``
 and ``skinet.data.preprocess``, does not import albumentations (the training extra).
@@ -7,8 +7,7 @@ and ``skinet.data.preprocess``, does not import albumentations (the training ext
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from skinet.lazy import lazy_getattr
 
 _EXPORTS = {
     "DataLoaders": "skinet.data.loaders",
@@ -35,8 +34,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'skinet.data' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

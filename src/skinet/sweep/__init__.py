@@ -7,8 +7,7 @@ tracking off work without them.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from skinet.lazy import lazy_getattr
 
 _EXPORTS = {
     "SweepResult": "skinet.sweep.grid",
@@ -29,8 +28,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'skinet.sweep' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -6,8 +6,7 @@ stay importable without Lightning, MLflow or the data pipeline.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from skinet.lazy import lazy_getattr
 
 _EXPORTS = {
     "LightningModel": "skinet.training.lightning_model",
@@ -23,8 +22,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'skinet.training' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
