@@ -38,6 +38,15 @@ def test_isic2018_reader_and_missing_test_carved(isic2018_tree: Path, caplog) ->
     assert _ids(again["test"]) == _ids(splits["test"])
 
 
+def test_test_fraction_zero_trains_on_every_pair_and_says_so(isic2018_tree: Path, caplog) -> None:
+    index = read_layout(isic2018_tree, "isic2018")
+    with caplog.at_level(logging.INFO):
+        splits = assign_splits(index, seed=1, val_fraction=0.2, test_fraction=0.0)
+    assert splits["test"] == [] and _ids(splits["train"]) == _ids(index.splits["train"])
+    assert "; carved" not in caplog.text
+    assert "test_fraction is 0: none is carved, all 5 remaining training pairs train" in caplog.text
+
+
 def test_ph2_reader(ph2_tree: Path) -> None:
     index = read_layout(ph2_tree, "ph2")
     assert index.problems == [] and not index.official_split

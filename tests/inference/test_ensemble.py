@@ -13,7 +13,12 @@ from tests.conftest import tiny_raw_config
 
 from skinet.config import parse_config
 from skinet.inference.checkpoint import load_checkpoint
-from skinet.inference.ensemble import EnsembleError, EnsemblePredictor
+from skinet.inference.ensemble import (
+    EnsembleError,
+    EnsemblePredictor,
+    build_predictor,
+    describe_threshold,
+)
 from skinet.inference.export import card_path, export_checkpoint, sidecar_path
 from skinet.inference.predictor import Predictor
 
@@ -140,3 +145,27 @@ def test_incompatible_ensemble_through_the_cli_is_a_usage_error(
     assert run_cli([*argv, "--output", str(tmp_path / "one")]) == 2
     assert not (tmp_path / "one").exists()
     assert run_cli([*argv[:3], *argv[4:], "--output", str(tmp_path / "two")]) == 0
+
+
+@pytest.mark.parametrize(
+    ("fixed", "given", "expected"),
+    [
+        (None, None, "threshold 0.420 (the checkpoint's validation-optimal one)"),
+        (0.42, None, "threshold 0.420 (fixed by the checkpoint's TRAIN_CONFIG)"),
+        (0.42, 0.3, "threshold 0.300 (--threshold)"),
+    ],
+)
+def test_the_log_says_whether_the_threshold_was_swept_or_fixed(
+    trained_checkpoint: Path,
+    tmp_path: Path,
+    fixed: float | None,
+    given: float | None,
+    expected: str,
+) -> None:
+    config = load_checkpoint(trained_checkpoint).config.to_yaml_dict()
+    config["TRAIN_CONFIG"]["optimal_threshold"] = fixed
+    path = rewrite_checkpoint(
+        trained_checkpoint, tmp_path / "t.ckpt", config=config, val_optimal_threshold=0.42
+    )
+    predictor = build_predictor([path], threshold=given, device="cpu")
+    assert describe_threshold(predictor, given) == expected

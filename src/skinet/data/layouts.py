@@ -251,13 +251,24 @@ def assign_splits(
             splits[name] = pool[start : start + count]
             start += count
         splits["train"] = sorted(pool[start:], key=lambda s: s.id)
-        logger.warning(
-            "%s has no official %s split; carved %s from the %d training pairs "
-            "(split_random_seed=%d)",
-            index.root,
-            " or ".join(missing),
-            ", ".join(f"{len(splits[n])} {n}" for n in missing),
-            len(pool),
-            seed,
-        )
+        carved = [name for name in missing if splits[name]]
+        if carved:
+            logger.warning(
+                "%s has no official %s split; carved %s from the %d training pairs "
+                "(split_random_seed=%d)",
+                index.root,
+                " or ".join(carved),
+                ", ".join(f"{len(splits[n])} {n}" for n in carved),
+                len(pool),
+                seed,
+            )
+        for name in (name for name in missing if not splits[name]):
+            logger.info(
+                "%s has no official %s split and DATA_CONFIG.%s_fraction is 0: none is carved, "
+                "all %d remaining training pairs train",
+                index.root,
+                name,
+                name,
+                len(splits["train"]),
+            )
     return splits

@@ -180,4 +180,6 @@ def describe_threshold(predictor: Predictor, given: float | None) -> str:
             f"ensemble of {len(predictor.members)} models, threshold {predictor.threshold:.3f} "
             f"= mean of the members' thresholds ({members})"
         )
+    if predictor.config.train.optimal_threshold is not None:
+        return f"threshold {predictor.threshold:.3f} (fixed by the checkpoint's TRAIN_CONFIG)"
     return f"threshold {predictor.threshold:.3f} (the checkpoint's validation-optimal one)"
