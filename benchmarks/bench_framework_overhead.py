@@ -56,7 +56,8 @@ from typing import Any
 
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "2147483647"}
 VARIANTS = ("skinet", "skinet-nolog", "lightning-min")
-GOAL = 0.90  # SkiNet within 10% of the bare loop
+GOAL = 0.95  # whole training epochs: SkiNet within 5% of the bare loop
+LOOP_GOAL = 0.97  # the batch loops alone
 
 
 def reexec_with_malloc_env() -> None:
@@ -377,15 +378,17 @@ def main() -> None:
     print(
         "\nbatch-loop ratio: first batch to last batch of each epoch only (per-step overhead);"
         "\nepoch-end work (checkpoints, epoch metrics, logger writes) weighs less in longer epochs."
-        f"\ngoal: SkiNet within 10% of the bare loop (ratio >= {GOAL:.2f})"
+        f"\ngoal: whole epochs ratio >= {GOAL:.2f} and batch loops ratio >= {LOOP_GOAL:.2f} "
+        "(use --num-train 512 and at least 5 rounds)"
     )
     for variant in args.variants:
         ratio = statistics.median(m.images_per_sec for m in results[variant]) / bare
-        verdict = "met" if ratio >= GOAL else "NOT met"
+        loop = statistics.median(m.loop_images_per_sec for m in results[variant]) / bare_loop
+        verdict = "met" if ratio >= GOAL and loop >= LOOP_GOAL else "NOT met"
         change = (
             f"{(1 - ratio) * 100:.1f}% slower" if ratio < 1 else f"{(ratio - 1) * 100:.1f}% faster"
         )
-        print(f"  {variant}: {ratio:.3f} of bare ({change}) -> {verdict}")
+        print(f"  {variant}: {ratio:.3f} of bare ({change}), batch loops {loop:.3f} -> {verdict}")
     tmp.cleanup()
 
 
