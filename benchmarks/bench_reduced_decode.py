@@ -28,7 +28,6 @@ import torch
 
 from skinet.config import parse_config
 from skinet.data.loaders import build_dataset
-from skinet.data.roots import index_dataset
 from skinet.inference.checkpoint import build_model, load_checkpoint
 from skinet.inference.metrics import compute_mask_metrics
 
@@ -70,9 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for reduced in (False, True):
         raw["DATA_CONFIG"]["reduced_jpeg_decode"] = reduced
         cfg = parse_config(raw, "checkpoint config")
-        _, splits = index_dataset(cfg)
         started = time.perf_counter()
-        dataset = build_dataset(cfg, args.split, splits[args.split])
+        dataset = build_dataset(cfg, args.split)
         decode_s = time.perf_counter() - started
         scores = per_image_jaccard(model, dataset, threshold, args.batch_size)
         results[reduced] = (scores, decode_s, dataset.images.astype(np.float32))

@@ -39,9 +39,9 @@ def test_isic2018_reader_and_missing_test_carved(isic2018_tree: Path, caplog) ->
 
 
 def test_test_fraction_zero_trains_on_every_pair_and_says_so(isic2018_tree: Path, caplog) -> None:
-    index = read_layout(isic2018_tree, "isic2018")
+    data = DataConfig(dataset="isic2018", data_dir=str(isic2018_tree), test_fraction=0.0)
     with caplog.at_level(logging.INFO):
-        splits = assign_splits(index, seed=1, val_fraction=0.2, test_fraction=0.0)
+        index, splits = index_dataset(data)  # what training and `skinet data verify` call
     assert splits["test"] == [] and _ids(splits["train"]) == _ids(index.splits["train"])
     assert "; carved" not in caplog.text
     assert "test_fraction is 0: none is carved, all 5 remaining training pairs train" in caplog.text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -13,12 +14,7 @@ from tests.conftest import tiny_raw_config
 
 from skinet.config import parse_config
 from skinet.inference.checkpoint import load_checkpoint
-from skinet.inference.ensemble import (
-    EnsembleError,
-    EnsemblePredictor,
-    build_predictor,
-    describe_threshold,
-)
+from skinet.inference.ensemble import EnsembleError, EnsemblePredictor
 from skinet.inference.export import card_path, export_checkpoint, sidecar_path
 from skinet.inference.predictor import Predictor
 
@@ -155,9 +151,10 @@ def test_incompatible_ensemble_through_the_cli_is_a_usage_error(
         (0.42, 0.3, "threshold 0.300 (--threshold)"),
     ],
 )
-def test_the_log_says_whether_the_threshold_was_swept_or_fixed(
+def test_predict_logs_whether_the_threshold_was_swept_or_fixed(
     trained_checkpoint: Path,
     tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
     fixed: float | None,
     given: float | None,
     expected: str,
@@ -167,5 +164,12 @@ def test_the_log_says_whether_the_threshold_was_swept_or_fixed(
     path = rewrite_checkpoint(
         trained_checkpoint, tmp_path / "t.ckpt", config=config, val_optimal_threshold=0.42
     )
-    predictor = build_predictor([path], threshold=given, device="cpu")
-    assert describe_threshold(predictor, given) == expected
+    (tmp_path / "in").mkdir()
+    write_rgb(tmp_path / "in" / "a.png", 40, 48)
+    argv = ["predict", "--checkpoint", str(path), "--input", str(tmp_path / "in")]
+    argv += ["--output", str(tmp_path / "out"), "--device", "cpu"]
+    if given is not None:
+        argv += ["--threshold", str(given)]
+    with caplog.at_level(logging.INFO):
+        assert run_cli(argv) == 0
+    assert expected in caplog.text

@@ -11,12 +11,14 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 import yaml
 
 from skinet.config.data import DatasetName
 from skinet.config.experiment import ConfigError, ExperimentConfig, load_config
+
+N = TypeVar("N", int, float)
 
 Handler = Callable[[argparse.Namespace], int]
 """A subcommand's handler: the parsed arguments in, the exit status out."""
@@ -30,8 +32,8 @@ class UsageError(ValueError):
 
 
 def _number(
-    text: str, convert: Callable[[str], Any], accept: Callable[[Any], bool], expected: str
-) -> Any:
+    text: str, convert: Callable[[str], N], accept: Callable[[N], bool], expected: str
+) -> N:
     """``convert(text)`` if it converts and ``accept``s, else an ``ArgumentTypeError``."""
     try:
         value = convert(text)
@@ -44,23 +46,22 @@ def _number(
 
 def positive_int(text: str) -> int:
     """An ``argparse`` type: an integer >= 1."""
-    return int(_number(text, int, lambda value: value >= 1, "an integer >= 1"))
+    return _number(text, int, lambda value: value >= 1, "an integer >= 1")
 
 
 def non_negative_int(text: str) -> int:
     """An ``argparse`` type: an integer >= 0."""
-    return int(_number(text, int, lambda value: value >= 0, "an integer >= 0"))
+    return _number(text, int, lambda value: value >= 0, "an integer >= 0")
 
 
 def positive_float(text: str) -> float:
     """An ``argparse`` type: a finite number > 0."""
-    finite_positive = lambda value: math.isfinite(value) and value > 0  # noqa: E731
-    return float(_number(text, float, finite_positive, "a number > 0"))
+    return _number(text, float, lambda value: math.isfinite(value) and value > 0, "a number > 0")
 
 
 def probability(text: str) -> float:
     """An ``argparse`` type: a number in [0, 1]."""
-    return float(_number(text, float, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1]"))
+    return _number(text, float, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1]")
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:

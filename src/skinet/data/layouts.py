@@ -262,7 +262,7 @@ def assign_splits(
                 len(pool),
                 seed,
             )
-        for name in (name for name in missing if not splits[name]):
+        for name in [name for name in missing if name not in carved]:
             logger.info(
                 "%s has no official %s split and DATA_CONFIG.%s_fraction is 0: none is carved, "
                 "all %d remaining training pairs train",
