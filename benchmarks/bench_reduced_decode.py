@@ -56,8 +56,12 @@ def per_image_jaccard(model: torch.nn.Module, dataset, threshold: float, batch_s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    checkpoint = load_checkpoint(args.checkpoint)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        checkpoint = load_checkpoint(args.checkpoint)
+    except (OSError, ValueError) as error:  # missing file, not a SkiNet checkpoint
+        parser.error(f"--checkpoint: {error}")
     model = build_model(checkpoint).eval()
     threshold = checkpoint.threshold
     raw = checkpoint.config.to_yaml_dict()
@@ -89,6 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     pixel_diff = float(np.abs(full_px - red_px).mean())
     print(f"mean absolute pixel difference: {pixel_diff:.3f} grey levels")
+    if pixel_diff == 0.0:
+        print(
+            f"reduced decode changed no pixel: no JPEG of the split is at least twice "
+            f"{size} px in both directions, so it does not apply to these images"
+        )
     print(f"decode time: full {full_s:.2f} s, reduced {red_s:.2f} s (ratio {red_s / full_s:.2f})")
     return 0
 

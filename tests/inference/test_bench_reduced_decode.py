@@ -31,3 +31,13 @@ def test_scores_full_and_reduced_decode_of_the_same_split(
     pixels = float(re.search(r"mean absolute pixel difference: ([0-9.]+)", out).group(1))
     assert pixels > 0.0, out  # the two decodes really differ
     assert re.search(r"decode time: full [0-9.]+ s, reduced [0-9.]+ s \(ratio [0-9.]+\)", out)
+
+
+def test_a_missing_checkpoint_is_a_usage_error(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("bench_reduced_decode", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--checkpoint", str(tmp_path / "absent.ckpt")])
+    assert exit_info.value.code == 2
