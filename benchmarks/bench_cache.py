@@ -9,7 +9,8 @@ Usage::
 Writes full-resolution ISIC-like JPEGs (the given images, or SkiNet's synthetic ones, upscaled
 with added skin texture and sensor noise so they do not compress unrealistically well) in the
 ISIC 2017 layout, then times, each in a fresh process, how long the training split takes to be
-ready (pairing + decode/resize into the cache on the first run; pairing + opening the memmaps
+ready (pairing + decode/resize into the cache on the first run, JPEGs at reduced scale as
+DATA_CONFIG.reduced_jpeg_decode does unless ``--full-decode``; pairing + opening the memmaps
 on the second). Then it starts one, and then two DDP-like processes at once that open the cache
 and read every page, and reports their cache memory (PSS of the mapped cache files: a page
 mapped by k processes counts 1/k in each) and their private memory gained (USS), against two
@@ -42,15 +43,20 @@ from skinet.data.dataset import decode_split
 from skinet.data.layouts import read_layout
 from skinet.data.preprocess import Preprocessing
 
-root, cache, size, mode, barrier, name = sys.argv[1:7]
+root, cache, size, mode, barrier, name, reduced = sys.argv[1:8]
+reduced = reduced == "1"
 me = psutil.Process()
 before = me.memory_full_info()
 started = time.perf_counter()
 samples = read_layout(Path(root), "isic2017").splits["train"]
 if mode == "ram":
-    decoded = decode_split(samples, Preprocessing(int(size)), keep=True, split="train")
+    decoded = decode_split(
+        samples, Preprocessing(int(size)), keep=True, split="train", reduced_decode=reduced
+    )
 else:
-    decoded = load_or_build_split(samples, Preprocessing(int(size)), Path(cache), split="train")
+    decoded = load_or_build_split(
+        samples, Preprocessing(int(size)), Path(cache), split="train", reduced_decode=reduced
+    )
 ready = time.perf_counter() - started
 checksum = int(decoded.images.sum(dtype=np.uint64)) + int(decoded.masks.sum(dtype=np.uint64))
 if barrier != "-":  # wait until every process holds its pages, then measure
@@ -77,6 +83,8 @@ def make_isic_like(
     root: Path, count: int, height: int, width: int, source_dir: Path | None
 ) -> None:
     """``count`` full-resolution JPEG/PNG pairs in the ISIC 2017 training folders of ``root``."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from skinet.data.layouts import ISIC2017_FOLDERS
     from skinet.data.synthetic import make_synthetic_sample
 
@@ -84,8 +92,14 @@ def make_isic_like(
     for folder in (image_dir, mask_dir, *(root / n for n in ISIC2017_FOLDERS["val"])):
         folder.mkdir(parents=True, exist_ok=True)
     sources = sorted(source_dir.glob("*.jpg")) if source_dir else []
-    rng = np.random.default_rng(0)
-    for i in range(count):
+    # Sensor grain: one noise field drawn once, each image takes a window at its own offset
+    # (drawing 3 x 12 M normals per image would dominate the generation time).
+    margin = 64
+    grain = np.random.default_rng(0).normal(0, 4, (height + margin, width + margin, 3))
+    grain = np.clip(grain, -127, 127).astype(np.int16)
+
+    def write(i: int) -> None:
+        rng = np.random.default_rng([1, i])
         if sources:
             small = cv2.imread(str(sources[i % len(sources)]))
             mask_small = np.full(small.shape[:2], 255, np.uint8)  # masks only need the size
@@ -94,20 +108,26 @@ def make_isic_like(
             small, mask_small = make_synthetic_sample(np.random.default_rng([0, i]), 512)
         image = cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)
         texture = cv2.resize(
-            rng.normal(0, 6, (height // 8, width // 8, 1)).astype(np.float32),
+            rng.normal(0, 6, (height // 8, width // 8)).astype(np.float32),
             (width, height),
             interpolation=cv2.INTER_CUBIC,
-        )[..., None]
-        grain = rng.normal(0, 4, image.shape).astype(np.float32)
-        image = np.clip(image.astype(np.float32) + texture + grain, 0, 255).astype(np.uint8)
+        ).astype(np.int16)
+        dy, dx = (int(v) for v in rng.integers(0, margin, 2))
+        noisy = image.astype(np.int16) + texture[..., None]
+        noisy += grain[dy : dy + height, dx : dx + width]
+        image = np.clip(noisy, 0, 255).astype(np.uint8)
         mask = cv2.resize(mask_small, (width, height), interpolation=cv2.INTER_NEAREST)
         stem = f"ISIC_{i:07d}"
         cv2.imwrite(str(image_dir / f"{stem}.jpg"), image, [cv2.IMWRITE_JPEG_QUALITY, 92])
         cv2.imwrite(str(mask_dir / f"{stem}_segmentation.png"), mask)
 
+    # OpenCV and numpy release the GIL in the heavy parts: threads use every core.
+    with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+        list(pool.map(write, range(count)))
+
 
 def run_children(
-    root: Path, cache: Path, size: int, mode: str, count: int, tmp: Path
+    root: Path, cache: Path, size: int, mode: str, count: int, tmp: Path, reduced: bool
 ) -> list[dict[str, float]]:
     """``count`` processes at once; each reports its data-ready time and memory."""
     env = {
@@ -127,6 +147,7 @@ def run_children(
                 mode,
                 str(barrier or "-"),
                 f"p{i}",
+                "1" if reduced else "0",
             ],
             env=env,
             stdout=subprocess.PIPE,
@@ -160,6 +181,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="50 images of 1072x712 by default")
     parser.add_argument("--workdir", type=Path, help="keep the images here (default: temp)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--full-decode",
+        action="store_true",
+        help="decode JPEGs in full (default: reduced scale, as DATA_CONFIG.reduced_jpeg_decode)",
+    )
     args = parser.parse_args()
     defaults = (50, 712, 1072) if args.quick else (2000, 2848, 4288)
     for name, default in zip(("num_images", "height", "width"), defaults, strict=True):
@@ -177,16 +203,20 @@ def main() -> None:
                 f"{time.perf_counter() - started:.1f} s"
             )
         cache = tmp / "cache"
-        first = run_children(root, cache, args.image_size, "cache", 1, tmp)[0]
-        second = run_children(root, cache, args.image_size, "cache", 1, tmp)[0]
-        one = run_children(root, cache, args.image_size, "cache", 1, tmp)[0]
-        two = run_children(root, cache, args.image_size, "cache", 2, tmp)
-        ram_two = run_children(root, cache, args.image_size, "ram", 2, tmp)
+        reduced = not args.full_decode
+
+        def run(mode: str, count: int) -> list[dict[str, float]]:
+            return run_children(root, cache, args.image_size, mode, count, tmp, reduced)
+
+        first, second, one = (run("cache", 1)[0] for _ in range(3))
+        two = run("cache", 2)
+        ram_two = run("ram", 2)
 
     figures = {
         "images": args.num_images,
         "source": f"{args.width}x{args.height}",
         "image_size": args.image_size,
+        "jpeg_decode": "reduced" if reduced else "full",
         "cache_mb": first["cache_mb"],
         "first_ready_s": first["ready_s"],
         "second_ready_s": second["ready_s"],
@@ -201,7 +231,7 @@ def main() -> None:
     }
     print(
         f"{args.num_images} images {args.width}x{args.height} -> {args.image_size} px "
-        f"(cache {figures['cache_mb']:.1f} MB)"
+        f"({figures['jpeg_decode']} JPEG decode; cache {figures['cache_mb']:.1f} MB)"
     )
     print(f"{'data ready, first run (decode + write)':<44} {first['ready_s']:>9.2f} s")
     print(f"{'data ready, second run (open memmaps)':<44} {second['ready_s']:>9.3f} s")

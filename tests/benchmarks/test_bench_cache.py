@@ -28,5 +28,6 @@ def test_bench_cache_quick_reports_a_shared_second_run(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     figures = json.loads(out.read_text())
     assert figures["images"] == 6 and figures["same_pixels"] is True
+    assert figures["jpeg_decode"] == "reduced"  # as DATA_CONFIG.reduced_jpeg_decode
     assert figures["cache_mb"] > 0 and figures["first_ready_s"] > 0
     assert "first / second" in proc.stdout and "two / one" in proc.stdout

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from skinet.config import ConfigError, ExperimentConfig, load_config, parse_config
+from skinet.config.data import ISIC2017_MEAN
 from skinet.keys import HyperparamKey, MetricsKey
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,6 +105,30 @@ def test_main_config_production_values() -> None:
     assert cfg.data.split_random_seed == cfg.transform.seed_value == cfg.train.seed == 100
     assert cfg.train.use_torch_compile and cfg.train.torch_compile_backend == "eager"
     assert [len(getattr(cfg.sweep, k.value)) for k in HyperparamKey] == [1] * len(HyperparamKey)
+    # The recipe study's choice (docs/results.md), with the robust augmentations.
+    assert (cfg.model.norm, cfg.data.color_constancy) == ("instance", "shades_of_gray")
+    assert cfg.data.mean != ISIC2017_MEAN and cfg.train.channels_last
+    robust = load_config(REPO / "configs" / "transforms_robust.yaml").transform
+    assert cfg.transform.train_transforms == robust.train_transforms
+
+
+def test_cpu_budget_is_the_production_recipe_at_128_px_for_15_minutes() -> None:
+    main = load_config(REPO / "configs" / "main_config.yaml").to_yaml_dict()
+    budget = load_config(REPO / "configs" / "cpu_budget.yaml").to_yaml_dict()
+    differences = {
+        (section, key): value
+        for section, fields in budget.items()
+        for key, value in fields.items()
+        if main[section][key] != value and key not in ("precision", "pin_memory")
+    }  # precision and pin_memory follow the accelerator (auto in main_config)
+    assert differences == {
+        ("TRAIN_CONFIG", "experiment_name"): "skinet_cpu_budget",
+        ("TRAIN_CONFIG", "max_time"): "00:00:15:00",
+        ("TRAIN_CONFIG", "accelerator"): "cpu",
+        ("TRAIN_CONFIG", "use_early_stopping"): False,
+        ("DATA_CONFIG", "image_size"): 128,
+        ("DATA_CONFIG", "test_fraction"): 0.0,
+    }
 
 
 def test_debug_config_has_data_roots() -> None:

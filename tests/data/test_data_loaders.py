@@ -57,6 +57,20 @@ def test_cache_and_disk_give_identical_samples(tiny_raw) -> None:
             assert torch.equal(a, b)
 
 
+def test_disk_reads_decode_at_reduced_scale_as_the_cache_does(tiny_raw) -> None:
+    def val_pixels(cache_in_ram: bool, reduced: bool) -> list[np.ndarray]:
+        raw = _with_train(tiny_raw, cache_in_ram=cache_in_ram)
+        raw["DATA_CONFIG"] = {**raw["DATA_CONFIG"], "reduced_jpeg_decode": reduced}
+        dataset = build_dataloaders(parse_config(raw)).val_dataset
+        return [dataset.load_raw(i)[0] for i in range(len(dataset))]
+
+    disk = val_pixels(cache_in_ram=False, reduced=True)
+    assert all(np.array_equal(a, b) for a, b in zip(disk, val_pixels(True, True), strict=True))
+    # The synthetic JPEGs are large enough for a reduced decode to change pixels.
+    full = val_pixels(cache_in_ram=False, reduced=False)
+    assert any(not np.array_equal(a, b) for a, b in zip(disk, full, strict=True))
+
+
 def test_image_per_channel_normalisation(tiny_raw) -> None:
     loaders = build_dataloaders(_config(tiny_raw, normalization_mode="image_per_channel"))
     image, _ = loaders.val_dataset[0]

@@ -44,9 +44,9 @@ class DataConfig(Section):
     cache_dir: str | None = None
     """Folder of the persistent cache (``None``: ``$SKINET_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/skinet``, else ``~/.cache/skinet``)."""
-    reduced_jpeg_decode: bool = False
+    reduced_jpeg_decode: bool = True
     """Decode JPEGs at 1/2, 1/4 or 1/8 scale when ``image_size`` is that many times smaller
-    (the once-per-split decode of ``TRAIN_CONFIG.cache_in_ram``; prediction decodes in full)."""
+    (training, validation and test reads, cached or not; prediction decodes in full)."""
     split_random_seed: int = 42
     """Seed of the train/val/test split for layouts without an official split."""
     val_fraction: float = Field(0.15, ge=0.0, lt=1.0)

@@ -139,6 +139,8 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         split: Name used in messages.
         preprocessing: Resize mode and colour constancy of uncached reads (``None``: a plain
             squash to ``image_size``); cached arrays were made with the same.
+        reduced_decode: Uncached reads decode JPEGs at reduced scale, as the cache was built
+            (``DATA_CONFIG.reduced_jpeg_decode``).
     """
 
     def __init__(
@@ -151,6 +153,7 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         masks: np.ndarray | None = None,
         split: str = "",
         preprocessing: Preprocessing | None = None,
+        reduced_decode: bool = False,
     ) -> None:
         if (images is None) != (masks is None):
             raise ValueError("images and masks must be cached together")
@@ -168,6 +171,7 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         self.masks = masks
         self.split = split
         self.preprocessing = preprocessing or Preprocessing(image_size)
+        self.reduced_decode = reduced_decode
         # (epoch, seed) shared with DataLoader workers; see set_augmentation_epoch.
         self._augmentation_key: torch.Tensor | None = None
         self._seeded_for: tuple[int, int] | None = None
@@ -194,7 +198,9 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         if self.images is not None and self.masks is not None:
             return self.images[index], self.masks[index]
         sample = self.samples[index]
-        return load_pair_or_raise(sample.image_path, sample.mask_path, self.preprocessing)
+        return load_pair_or_raise(
+            sample.image_path, sample.mask_path, self.preprocessing, self.reduced_decode
+        )
 
     def set_augmentation_epoch(self, epoch: int, seed: int) -> None:
         """Seed the augmentations of the items loaded from now on from ``(seed, epoch)``.

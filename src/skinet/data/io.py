@@ -274,10 +274,13 @@ def load_pair(
 
 
 def load_pair_or_raise(
-    image_path: Path, mask_path: Path, preprocessing: Preprocessing | int | None
+    image_path: Path,
+    mask_path: Path,
+    preprocessing: Preprocessing | int | None,
+    reduced_decode: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`load_pair` raising :class:`DatasetError` for a file gone bad since the check."""
-    result = load_pair(image_path, mask_path, preprocessing)
+    result = load_pair(image_path, mask_path, preprocessing, reduced_decode=reduced_decode)
     if isinstance(result, list):
         raise DatasetError(result)
     return result

@@ -220,6 +220,7 @@ def build_dataset(
         masks=decoded.masks,
         split=split,
         preprocessing=preprocessing,
+        reduced_decode=data.reduced_jpeg_decode,
     )
     if dataset.cached:
         logger.info(
