@@ -12,6 +12,8 @@ from skinet.config import parse_config
 from skinet.training.lightning_model import LightningModel, _tensor_debug_summary
 from skinet.training.optim import build_lr_scheduler, build_optimizer
 
+METRIC_NAMES = ("loss", "dice", "iou")
+
 
 def _model(tiny_raw: dict[str, Any], **train: Any) -> LightningModel:
     tiny_raw["TRAIN_CONFIG"].update(train)
@@ -103,6 +105,33 @@ def test_fit_logs_every_guide_metric(tiny_raw: dict[str, Any]) -> None:
     assert result is not None and result.dice_per_threshold.shape == (51,)
     assert float(result.optimal_threshold) == pytest.approx(optimal)
     assert result.thresholds.device.type == "cpu"
+
+
+def test_epoch_metrics_cover_every_batch_of_the_epoch_only(tiny_raw: dict[str, Any]) -> None:
+    model = _model(tiny_raw, optimal_threshold=0.5)
+    val = _raw_batches(3, 32)
+    trainer = _trainer(max_epochs=2)
+    trainer.fit(model, _batches(), _batches(batches=val))
+    metrics = {f"val_{k}": float(trainer.callback_metrics[f"val_{k}"]) for k in METRIC_NAMES}
+    trainer.test(model, _batches(batches=val), verbose=False)
+    metrics |= {f"test_{k}": float(trainer.callback_metrics[f"test_{k}"]) for k in METRIC_NAMES}
+    # By hand over all three batches with the final weights (validation runs after the last
+    # step; the second epoch's figures must not include the first epoch's updates).
+    model.eval()
+    tp = fp = fn = 0
+    losses = []
+    with torch.no_grad():
+        for images, masks in val:
+            logits = model(images)
+            losses.append(float(model.loss_fn(logits, masks)))
+            preds, truth = torch.sigmoid(logits) >= 0.5, masks.bool()
+            tp += int((preds & truth).sum())
+            fp += int((preds & ~truth).sum())
+            fn += int((~preds & truth).sum())
+    for stage in ("val", "test"):
+        assert metrics[f"{stage}_dice"] == pytest.approx(2 * tp / (2 * tp + fp + fn))
+        assert metrics[f"{stage}_iou"] == pytest.approx(tp / (tp + fp + fn))
+        assert metrics[f"{stage}_loss"] == pytest.approx(sum(losses) / 3, rel=1e-5)
 
 
 def test_fixed_threshold_is_echoed(tiny_raw: dict[str, Any]) -> None:

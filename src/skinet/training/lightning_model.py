@@ -124,6 +124,8 @@ class LightningModel(L.LightningModule):
         self.test_sweep = ThresholdSweep(fixed_threshold=self.threshold_used)
         # TRAIN_CONFIG.augment_on: device: the training split, on this module's device in fit.
         self.device_split: DeviceResidentSplit | None = None
+        # Stages ("train", "val", "test") whose epoch metrics are logged in the current epoch.
+        self._epoch_metrics_logged: set[str] = set()
 
     def on_train_start(self) -> None:
         split = find_device_split(self.trainer.train_dataloader)
@@ -171,24 +173,27 @@ class LightningModel(L.LightningModule):
         batch_size = images.shape[0]
         mean_loss = getattr(self, f"{prefix}_loss")
         mean_loss.update(loss.detach(), batch_size)
-        self.log(
-            f"{prefix}_loss",
-            mean_loss,
-            on_step=False,
-            on_epoch=True,
-            batch_size=batch_size,
-            prog_bar=True,
-        )
-        self.log(
-            f"{prefix}_dice",
-            dice,
-            on_step=False,
-            on_epoch=True,
-            batch_size=batch_size,
-            prog_bar=prefix != "train",
-        )
-        self.log(f"{prefix}_iou", iou, on_step=False, on_epoch=True, batch_size=batch_size)
+        if prefix not in self._epoch_metrics_logged:
+            self._log_epoch_metrics(prefix)
         return {"loss": loss, "probs": probs, "targets": targets}
+
+    def _log_epoch_metrics(self, prefix: str) -> None:
+        """Register the epoch's loss, Dice and IoU metric objects with Lightning, once per epoch.
+
+        Lightning computes a logged ``Metric`` from its state at the end of the epoch and then
+        resets it, so one ``self.log`` per epoch reports every update of the epoch; logging it
+        at every step would only repeat that (and costs a module ``.to()`` per call).
+        """
+        self._epoch_metrics_logged.add(prefix)
+        for name, prog_bar in (("loss", True), ("dice", prefix != "train"), ("iou", False)):
+            metric = getattr(self, f"{prefix}_{name}")
+            self.log(f"{prefix}_{name}", metric, on_step=False, on_epoch=True, prog_bar=prog_bar)
+
+    def on_train_epoch_start(self) -> None:
+        self._epoch_metrics_logged.discard("train")
+
+    def on_validation_epoch_start(self) -> None:
+        self._epoch_metrics_logged.discard("val")
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         return self._shared_step(batch, batch_idx, "train")["loss"]
@@ -223,6 +228,7 @@ class LightningModel(L.LightningModule):
         )
 
     def on_test_epoch_start(self) -> None:
+        self._epoch_metrics_logged.discard("test")
         self.test_sweep = ThresholdSweep(fixed_threshold=self.threshold_used).to(self.device)
 
     def on_test_epoch_end(self) -> None:
