@@ -49,14 +49,11 @@ me = psutil.Process()
 before = me.memory_full_info()
 started = time.perf_counter()
 samples = read_layout(Path(root), "isic2017").splits["train"]
+spec = Preprocessing(int(size), reduced_decode=reduced)
 if mode == "ram":
-    decoded = decode_split(
-        samples, Preprocessing(int(size)), keep=True, split="train", reduced_decode=reduced
-    )
+    decoded = decode_split(samples, spec, keep=True, split="train")
 else:
-    decoded = load_or_build_split(
-        samples, Preprocessing(int(size)), Path(cache), split="train", reduced_decode=reduced
-    )
+    decoded = load_or_build_split(samples, spec, Path(cache), split="train")
 ready = time.perf_counter() - started
 checksum = int(decoded.images.sum(dtype=np.uint64)) + int(decoded.masks.sum(dtype=np.uint64))
 if barrier != "-":  # wait until every process holds its pages, then measure

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -96,7 +97,7 @@ def test_key_follows_files_size_and_preprocessing(isic2017_tree: Path) -> None:
         compute_cache_key(samples, Preprocessing(32, "letterbox")),
         compute_cache_key(samples, Preprocessing(32, "letterbox", pad_value=9)),
         compute_cache_key(samples, Preprocessing(32, color_constancy="shades_of_gray")),
-        compute_cache_key(samples, spec, reduced_decode=True),
+        compute_cache_key(samples, Preprocessing(32, reduced_decode=True)),
         compute_cache_key(samples[:-1], spec),
     }
     assert key not in others and len(others) == 6
@@ -279,7 +280,7 @@ def test_reduced_decode_is_close_to_full_decode_with_the_same_geometry(
     cv2.imwrite(str(tmp_path / "a.png"), mask)
     spec = Preprocessing(64, mode)  # type: ignore[arg-type]
     full = load_pair(tmp_path / "a.jpg", tmp_path / "a.png", spec)
-    reduced = load_pair(tmp_path / "a.jpg", tmp_path / "a.png", spec, reduced_decode=True)
+    reduced = load_pair(tmp_path / "a.jpg", tmp_path / "a.png", replace(spec, reduced_decode=True))
     assert isinstance(full, tuple) and isinstance(reduced, tuple)
     np.testing.assert_array_equal(reduced[1], full[1])  # masks: same placement
     diff = np.abs(reduced[0].astype(int) - full[0].astype(int))

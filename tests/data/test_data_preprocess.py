@@ -113,7 +113,7 @@ def test_colour_constancy_is_estimated_on_content_only() -> None:
 
 def test_config_fields_and_defaults() -> None:
     default = build_preprocessing(parse_config({}))
-    assert default == Preprocessing(256, "squash", "none", 0)
+    assert default == Preprocessing(256, "squash", "none", 0, reduced_decode=True)
     cfg = parse_config(
         {
             "DATA_CONFIG": {
@@ -121,6 +121,7 @@ def test_config_fields_and_defaults() -> None:
                 "resize_mode": "letterbox",
                 "color_constancy": "shades_of_gray",
                 "pad_value": 12,
+                "reduced_jpeg_decode": False,
             }
         }
     )

@@ -88,9 +88,7 @@ def _file_stamp(path: Path) -> list[Any]:
     return [os.path.abspath(path), stat.st_size, stat.st_mtime_ns]
 
 
-def compute_cache_key(
-    samples: Sequence[Sample], preprocessing: Preprocessing, reduced_decode: bool = False
-) -> str:
+def compute_cache_key(samples: Sequence[Sample], preprocessing: Preprocessing) -> str:
     """The fingerprint of a split's pixels: samples (paths, sizes, mtimes) and preprocessing.
 
     Raises:
@@ -101,7 +99,6 @@ def compute_cache_key(
         "samples": [[s.id, *_file_stamp(s.image_path), *_file_stamp(s.mask_path)] for s in samples],
         "preprocessing": asdict(preprocessing),
         "steps": preprocessing.describe(),
-        "reduced_jpeg_decode": bool(reduced_decode),
     }
     encoded = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(encoded).hexdigest()[:32]
@@ -157,7 +154,6 @@ def load_or_build_split(
     *,
     split: str,
     dataset: str = "",
-    reduced_decode: bool = False,
     lock_timeout: float = -1,
 ) -> DecodedSplit:
     """A split's pixels from the cache, decoding and writing them first when absent.
@@ -171,12 +167,10 @@ def load_or_build_split(
     if size is None:
         raise ValueError("the disk cache needs an image_size (the side of the cached arrays)")
     try:
-        key = compute_cache_key(samples, preprocessing, reduced_decode)
+        key = compute_cache_key(samples, preprocessing)
     except OSError:
         # A file vanished or is unreadable: decode without the cache so it is reported by name.
-        return decode_split(
-            samples, preprocessing, keep=True, split=split, reduced_decode=reduced_decode
-        )
+        return decode_split(samples, preprocessing, keep=True, split=split)
     entry = cache_dir / key
     count = len(samples)
     try:
@@ -197,12 +191,10 @@ def load_or_build_split(
                 return DecodedSplit(images, masks, [])
             except (OSError, CorruptCacheError):
                 pass
-            return _build_entry(entry, key, samples, preprocessing, split, dataset, reduced_decode)
+            return _build_entry(entry, key, samples, preprocessing, split, dataset)
     except OSError as exc:  # a full disk, a read-only or unreachable cache folder, ...
         logger.warning("disk cache %s unusable (%s); decoding %s into RAM", cache_dir, exc, split)
-        return decode_split(
-            samples, preprocessing, keep=True, split=split, reduced_decode=reduced_decode
-        )
+        return decode_split(samples, preprocessing, keep=True, split=split)
 
 
 def _build_entry(
@@ -212,7 +204,6 @@ def _build_entry(
     preprocessing: Preprocessing,
     split: str,
     dataset: str,
-    reduced_decode: bool,
 ) -> DecodedSplit:
     """Decode into temporary memmaps in ``entry``, move them in, then write the manifest."""
     assert preprocessing.image_size is not None
@@ -231,7 +222,6 @@ def _build_entry(
             preprocessing,
             keep=True,
             split=split,
-            reduced_decode=reduced_decode,
             out=(out[IMAGES], out[MASKS]),
         )
         if decoded.problems:
@@ -250,7 +240,6 @@ def _build_entry(
             "count": len(samples),
             "image_size": preprocessing.image_size,
             "preprocessing": asdict(preprocessing),
-            "reduced_jpeg_decode": reduced_decode,
             "first_image": str(samples[0].image_path) if samples else None,
             "nbytes": nbytes,
             "created": datetime.now(UTC).isoformat(timespec="seconds"),

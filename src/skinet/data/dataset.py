@@ -56,16 +56,14 @@ def decode_split(
     keep: bool,
     split: str | None = None,
     description: str | None = None,
-    reduced_decode: bool = False,
     out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> DecodedSplit:
     """Decode, check and preprocess every pair; keep the pixels only when ``keep`` (the RAM cache).
 
     ``preprocessing`` is :func:`~skinet.data.preprocess.build_preprocessing`'s result, or an
     ``int`` for a plain squash to that size. All pairs are visited even after a problem, so the
-    caller can report every bad file at once. ``reduced_decode`` reads JPEGs at 1/2, 1/4 or 1/8
-    scale when the target is that many times smaller; ``out`` receives the pixels (e.g. the
-    memory-mapped files of the disk cache) instead of new arrays.
+    caller can report every bad file at once (a check reads each file in full). ``out`` receives
+    the pixels (e.g. the memory-mapped files of the disk cache) instead of new arrays.
     """
     spec = as_preprocessing(preprocessing)
     if spec.image_size is None:
@@ -85,9 +83,7 @@ def decode_split(
     def work(i: int) -> list[Problem]:
         placed = spec if keep else None  # a check only: skip the preprocessing
         sample = samples[i]
-        result = load_pair(
-            sample.image_path, sample.mask_path, placed, split, grey_masks, reduced_decode
-        )
+        result = load_pair(sample.image_path, sample.mask_path, placed, split, grey_masks)
         if isinstance(result, list):
             return result
         if images is not None and masks is not None:
@@ -137,10 +133,8 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         images: Cached uint8 (N, H, W, 3) array; ``None`` reads from disk per access.
         masks: Cached uint8 (N, H, W) array in {0, 1}; given together with ``images``.
         split: Name used in messages.
-        preprocessing: Resize mode and colour constancy of uncached reads (``None``: a plain
-            squash to ``image_size``); cached arrays were made with the same.
-        reduced_decode: Uncached reads decode JPEGs at reduced scale, as the cache was built
-            (``DATA_CONFIG.reduced_jpeg_decode``).
+        preprocessing: Resize mode, colour constancy and JPEG decode scale of uncached reads
+            (``None``: a plain squash to ``image_size``); cached arrays were made with the same.
     """
 
     def __init__(
@@ -153,7 +147,6 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         masks: np.ndarray | None = None,
         split: str = "",
         preprocessing: Preprocessing | None = None,
-        reduced_decode: bool = False,
     ) -> None:
         if (images is None) != (masks is None):
             raise ValueError("images and masks must be cached together")
@@ -171,7 +164,6 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         self.masks = masks
         self.split = split
         self.preprocessing = preprocessing or Preprocessing(image_size)
-        self.reduced_decode = reduced_decode
         # (epoch, seed) shared with DataLoader workers; see set_augmentation_epoch.
         self._augmentation_key: torch.Tensor | None = None
         self._seeded_for: tuple[int, int] | None = None
@@ -198,9 +190,7 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         if self.images is not None and self.masks is not None:
             return self.images[index], self.masks[index]
         sample = self.samples[index]
-        return load_pair_or_raise(
-            sample.image_path, sample.mask_path, self.preprocessing, self.reduced_decode
-        )
+        return load_pair_or_raise(sample.image_path, sample.mask_path, self.preprocessing)
 
     def set_augmentation_epoch(self, epoch: int, seed: int) -> None:
         """Seed the augmentations of the items loaded from now on from ``(seed, epoch)``.

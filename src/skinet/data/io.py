@@ -229,21 +229,21 @@ def load_pair(
     preprocessing: Preprocessing | int | None,
     split: str | None = None,
     grey_masks: list[Path] | None = None,
-    reduced_decode: bool = False,
 ) -> tuple[np.ndarray, np.ndarray] | list[Problem]:
     """Decode, check and preprocess one pair; problems instead of arrays when it is unusable.
 
     ``preprocessing`` is a :class:`~skinet.data.preprocess.Preprocessing`, an ``int`` (plain
     squash to that size) or ``None`` (decode and check only). A mask with grey values is
-    thresholded and, when ``grey_masks`` is given, appended to it. ``reduced_decode`` reads a
-    JPEG at reduced scale (:func:`read_image_reduced`) when the preprocessing shrinks it enough.
+    thresholded and, when ``grey_masks`` is given, appended to it. A JPEG is read at reduced
+    scale (:func:`read_image_reduced`) when the preprocessing asks for ``reduced_decode`` and
+    shrinks it enough.
     """
     problems: list[Problem] = []
     image = mask = None
     spec = as_preprocessing(preprocessing) if preprocessing is not None else None
     size: tuple[int, int] | None = None
     try:
-        if reduced_decode and spec is not None:
+        if spec is not None and spec.reduced_decode:
             image, size = read_image_reduced(image_path, spec)
         else:
             image = read_image(image_path)
@@ -277,10 +277,9 @@ def load_pair_or_raise(
     image_path: Path,
     mask_path: Path,
     preprocessing: Preprocessing | int | None,
-    reduced_decode: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`load_pair` raising :class:`DatasetError` for a file gone bad since the check."""
-    result = load_pair(image_path, mask_path, preprocessing, reduced_decode=reduced_decode)
+    result = load_pair(image_path, mask_path, preprocessing)
     if isinstance(result, list):
         raise DatasetError(result)
     return result

@@ -220,7 +220,6 @@ def build_dataset(
         masks=decoded.masks,
         split=split,
         preprocessing=preprocessing,
-        reduced_decode=data.reduced_jpeg_decode,
     )
     if dataset.cached:
         logger.info(
@@ -251,15 +250,8 @@ def decode_dataset_split(
             cache_dir,
             split=split,
             dataset=data.dataset,
-            reduced_decode=data.reduced_jpeg_decode,
         )
-    return decode_split(
-        samples,
-        preprocessing,
-        keep=keep,
-        split=split,
-        reduced_decode=data.reduced_jpeg_decode,
-    )
+    return decode_split(samples, preprocessing, keep=keep, split=split)
 
 
 def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> DataLoaders:

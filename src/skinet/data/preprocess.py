@@ -17,7 +17,7 @@ The returned :class:`Placement` says where the image landed, so a probability ma
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import cv2
@@ -116,13 +116,17 @@ class Preprocessing:
     """``DATA_CONFIG``'s preprocessing: resize mode, colour constancy and letterbox padding.
 
     ``image_size=None`` keeps each image at its own size (colour constancy only), as
-    ``skinet data stats`` computes statistics at native resolution.
+    ``skinet data stats`` computes statistics at native resolution. ``reduced_decode`` says how
+    the dataset readers decode a JPEG that the resize shrinks at least twofold: at 1/2, 1/4 or
+    1/8 scale (``DATA_CONFIG.reduced_jpeg_decode``); it is part of the cache key, and the
+    :class:`~skinet.inference.Predictor` and the export sidecar decode in full.
     """
 
     image_size: int | None
     resize_mode: ResizeMode = "squash"
     color_constancy: ColorConstancy = "none"
     pad_value: int = 0
+    reduced_decode: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The steps as plain data, enough to redo them without SkiNet (the export sidecar)."""
@@ -156,13 +160,23 @@ class Preprocessing:
 
     def at_native_size(self) -> Preprocessing:
         """The same preprocessing without resizing (or padding)."""
-        return Preprocessing(None, self.resize_mode, self.color_constancy, self.pad_value)
+        return replace(self, image_size=None)
+
+    def with_full_decode(self) -> Preprocessing:
+        """The same preprocessing of fully decoded images (prediction's inputs)."""
+        return replace(self, reduced_decode=False)
 
 
 def build_preprocessing(cfg: ExperimentConfig | DataConfig) -> Preprocessing:
     """The :class:`Preprocessing` of ``DATA_CONFIG`` (old configs: squash, no colour constancy)."""
     data = cfg.data if isinstance(cfg, ExperimentConfig) else cfg
-    return Preprocessing(data.image_size, data.resize_mode, data.color_constancy, data.pad_value)
+    return Preprocessing(
+        data.image_size,
+        data.resize_mode,
+        data.color_constancy,
+        data.pad_value,
+        data.reduced_jpeg_decode,
+    )
 
 
 def as_preprocessing(spec: Preprocessing | int | None) -> Preprocessing:

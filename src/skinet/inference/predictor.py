@@ -94,7 +94,8 @@ class Predictor:
         self.batch_size = batch_size
         self.image_size = config.data.image_size
         self.normalizer: Normalizer = build_normalizer(config)
-        self.preprocessing: Preprocessing = build_preprocessing(config)
+        # Any user's files at any size: decoded in full, as the export sidecar describes.
+        self.preprocessing: Preprocessing = build_preprocessing(config).with_full_decode()
         self.channels_last = config.train.channels_last
         model = model.eval().to(self.device)
         if self.channels_last:
