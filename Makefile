@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 run: $(STAMP)
-	MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 $(BIN)/skinet train --config $(CONFIG)
+	$(BIN)/skinet train --config $(CONFIG)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

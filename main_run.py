@@ -2,7 +2,7 @@
 
 import sys
 
-from skinet.cli import main
+from skinet.__main__ import entry
 
 if __name__ == "__main__":
-    sys.exit(main(["train", *sys.argv[1:]]))
+    sys.exit(entry(["train"]))

@@ -17,19 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "2147483647"}
-
-
-def _reexec_with_malloc_env() -> None:
-    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
-        return
-    os.environ.update(MALLOC_ENV)
-    os.execv(sys.executable, [sys.executable, *sys.argv])
+from skinet.allocator import reexec_with_malloc_env
 
 
 def _worker_memory_mb() -> tuple[float, float]:
@@ -129,7 +121,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.num_train, args.epochs, args.model_steps = 64, 3, 3
-    _reexec_with_malloc_env()
+    reexec_with_malloc_env()
 
     import torch
 

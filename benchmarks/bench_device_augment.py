@@ -29,7 +29,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_dataloader import _reexec_with_malloc_env, bench_model  # noqa: E402
+from bench_dataloader import bench_model  # noqa: E402
+
+from skinet.allocator import reexec_with_malloc_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,7 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.num_train, args.epochs, args.batch_size = 32, 2, 8
-    _reexec_with_malloc_env()
+    reexec_with_malloc_env()
 
     import torch
 

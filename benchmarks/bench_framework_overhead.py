@@ -47,24 +47,17 @@ import contextlib
 import logging
 import os
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "2147483647"}
+from skinet.allocator import reexec_with_malloc_env
+
 VARIANTS = ("skinet", "skinet-nolog", "lightning-min")
 GOAL = 0.95  # whole training epochs: SkiNet within 5% of the bare loop
 LOOP_GOAL = 0.97  # the batch loops alone
-
-
-def reexec_with_malloc_env() -> None:
-    """Restart once with glibc's allocator told to keep freed memory (read only at start-up)."""
-    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
-        return
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_ENV})
 
 
 def parse_args() -> argparse.Namespace:

@@ -25,20 +25,8 @@ import psutil
 import torch
 from torch import nn
 
+from skinet.allocator import reexec_with_malloc_env
 from skinet.models import ENCODER_BLOCKS, MERGE_BLOCKS, UNet2D, compile_model, count_parameters
-
-MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "2147483647"}
-
-
-def reexec_with_malloc_env() -> None:
-    """Restart this script with glibc's allocator told to keep freed memory.
-
-    By default glibc returns freed blocks >= 32 MB to the OS and page-faults them back on the
-    next step, which dominates CPU timings (see docs/development.md). The variables are read only at
-    process start, so the script re-executes itself once (an extra torch import, ~2 s).
-    """
-    if "MALLOC_MMAP_MAX_" not in os.environ:
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_ENV})
 
 
 @dataclass
@@ -144,7 +132,7 @@ def main() -> None:
     print(
         f"device={device} torch={torch.__version__} threads={torch.get_num_threads()} "
         f"batch={args.batch_size} size={args.size} steps={args.steps} warmup={args.warmup} "
-        f"channels_last={args.channels_last} MALLOC_MMAP_MAX_={os.environ['MALLOC_MMAP_MAX_']}"
+        f"channels_last={args.channels_last} MALLOC_MMAP_MAX_={os.environ.get('MALLOC_MMAP_MAX_')}"
     )
     results = []
     for encoder_mode, merge_mode in resolve_combos(args.combos):

@@ -17,7 +17,7 @@ threshold. Rows: eager PyTorch, TorchScript (``torch.jit.trace``) and ONNX Runti
 ``onnx``, ``onnxscript`` and ``onnxruntime`` are installed), each with and without TTA. Runs on
 CUDA when available (exported rows stay on CPU). Prints a table; asserts nothing.
 
-On CPU the script re-executes itself with ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647``
+The script re-executes itself with ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647``
 so glibc keeps freed memory instead of page-faulting it back every batch (docs/development.md).
 """
 
@@ -27,7 +27,6 @@ import argparse
 import importlib.util
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,20 +35,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from skinet.allocator import reexec_with_malloc_env
 from skinet.config import ExperimentConfig, parse_config
 from skinet.inference import Predictor
 from skinet.inference.export import ProbabilityModel, export_onnx, export_torchscript, load_exported
 from skinet.inference.tta import FLIPS
 
-MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "2147483647"}
 ProbsFn = Callable[[torch.Tensor], torch.Tensor]
-
-
-def reexec_with_malloc_env() -> None:
-    """Restart once with the allocator variables set (glibc reads them only at start-up)."""
-    if torch.cuda.is_available() or all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
-        return
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_ENV})
 
 
 def make_checkpoint(folder: Path, image_size: int) -> Path:

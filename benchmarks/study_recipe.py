@@ -44,6 +44,8 @@ from typing import Any
 
 import yaml
 
+from skinet.allocator import MALLOC_ENV
+
 REPO = Path(__file__).resolve().parents[1]
 ROBUST_TRANSFORMS = REPO / "configs" / "transforms_robust.yaml"
 ROBUST = "robust_aug"
@@ -58,7 +60,6 @@ OPTIONS: dict[str, dict[str, Any]] = {
 }
 """Option name -> config overrides; a candidate joins options with ``+``."""
 DEFAULT_CANDIDATES = ("baseline", "instance", "group", "shades_of_gray", "letterbox", ROBUST)
-MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "2147483647"}
 RESULTS_JSON, RESULTS_CSV, RESULTS_MD = "results.json", "results.csv", "results.md"
 CLEAN_TOLERANCE = 0.005
 """A recipe may lose at most this much clean Jaccard against the baseline to be chosen."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from skinet import __version__
+from skinet.allocator import malloc_tuning
 
 PACKAGES = (
     ("lightning", "lightning"),
@@ -107,6 +108,7 @@ def collect_info(config: Path | None = None) -> list[str]:
         *(f"{name}: {_module_version(module)}" for name, module in PACKAGES),
         _nvml_line(),
         _cpu_line(),
+        f"allocator: {malloc_tuning()}",
         *_data_lines(config),
     ]
     return lines

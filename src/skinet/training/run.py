@@ -15,6 +15,7 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 
+from skinet.allocator import malloc_tuning, untuned_hint
 from skinet.callbacks import SkiNetMLFlowLogger, setup_logging_and_callbacks
 from skinet.callbacks.resume import ResumeStateCallback
 from skinet.checkpoint_format import CHECKPOINT_KEY, CheckpointPayload
@@ -213,6 +214,10 @@ def run_training(
     """
     train_cfg = cfg.train
     rank_zero = is_launch_rank_zero()
+    if rank_zero:
+        log.debug("allocator: %s", malloc_tuning())
+        if (hint := untuned_hint()) is not None:
+            log.info("%s", hint)
     deterministic = configure_reproducibility(cfg)
     # Only rank 0's name counts: the other ranks make no folder and write nothing, and learn
     # rank 0's name once their process group is up (broadcast after fit).
