@@ -1,8 +1,8 @@
 """Segment an image with a model from ``skinet export --format onnx``, without SkiNet installed.
 
 Everything the model needs is read from the JSON sidecar written next to the ``.onnx`` file:
-resize mode, colour constancy, letterbox padding, normalisation and threshold. Needs only
-numpy, OpenCV and onnxruntime::
+dark-border crop, resize mode, colour constancy, letterbox padding, normalisation and threshold.
+Needs only numpy, OpenCV and onnxruntime::
 
     python onnx_predict.py model.onnx image.jpg mask.png [--proba proba.npy]
 """
@@ -38,6 +38,20 @@ def shades_of_gray(image: np.ndarray, power: float) -> np.ndarray:
     return np.clip(np.floor(image.astype(np.float64) * gains + 0.5), 0, 255).astype(np.uint8)
 
 
+def dark_border(image: np.ndarray, rule: dict) -> tuple[int, int, int, int]:
+    """(top, left, height, width) of the image inside its dark border."""
+    height, width = image.shape[:2]
+    dark = image.max(axis=2) <= rule["dark_level"]
+    rows = np.flatnonzero(dark.mean(axis=1) < rule["border_share"])
+    cols = np.flatnonzero(dark.mean(axis=0) < rule["border_share"])
+    if rows.size == 0 or cols.size == 0:
+        return 0, 0, height, width
+    top, bottom, left, right = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+    if bottom - top < rule["min_share"] * height or right - left < rule["min_share"] * width:
+        return 0, 0, height, width
+    return int(top), int(left), int(bottom - top), int(right - left)
+
+
 def preprocess(image: np.ndarray, sidecar: dict) -> tuple[np.ndarray, tuple[int, int, int, int]]:
     """RGB uint8 (H, W, 3) -> float32 (1, 3, S, S) model input and (top, left, h, w)."""
     steps, size = sidecar["preprocessing"], sidecar["image_size"]
@@ -65,14 +79,20 @@ def preprocess(image: np.ndarray, sidecar: dict) -> tuple[np.ndarray, tuple[int,
 def predict_proba(model_path: Path, image: np.ndarray) -> tuple[np.ndarray, float]:
     """Probability map float32 (H, W) at the image's own size, and the sidecar's threshold."""
     sidecar = json.loads(model_path.with_name(model_path.name + ".json").read_text())
-    batch, (top, left, h, w) = preprocess(image, sidecar)
+    crop = sidecar["preprocessing"].get("crop_dark_border", {"enabled": False})
+    crop_top, crop_left, height, width = 0, 0, *image.shape[:2]
+    if crop["enabled"]:
+        crop_top, crop_left, height, width = dark_border(image, crop)
+    window = image[crop_top : crop_top + height, crop_left : crop_left + width]
+    batch, (top, left, h, w) = preprocess(window, sidecar)
     session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     (probs,) = session.run([sidecar["output"]["name"]], {sidecar["input"]["name"]: batch})
     content = np.ascontiguousarray(probs[0, 0, top : top + h, left : left + w])
-    height, width = image.shape[:2]
     if content.shape != (height, width):
         content = cv2.resize(content, (width, height), interpolation=cv2.INTER_LINEAR)
-    return np.clip(content, 0.0, 1.0), float(sidecar["threshold"])
+    out = np.zeros(image.shape[:2], np.float32)
+    out[crop_top : crop_top + height, crop_left : crop_left + width] = content
+    return np.clip(out, 0.0, 1.0), float(sidecar["threshold"])
 
 
 def main() -> None:

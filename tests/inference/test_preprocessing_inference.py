@@ -30,14 +30,18 @@ HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnx
 
 @pytest.fixture(scope="module")
 def corrected_checkpoint(tmp_path_factory: pytest.TempPathFactory, synthetic_root: Path) -> Path:
-    """The tiny config trained for an epoch with shades-of-gray and letterbox."""
+    """The tiny config trained for an epoch with the dark-border crop, shades-of-gray and
+    letterbox."""
     from skinet.training.run import run_training
 
     tmp = tmp_path_factory.mktemp("corrected")
     raw = tiny_raw_config(tmp, synthetic_root)
     raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False)
     raw["DATA_CONFIG"].update(
-        resize_mode="letterbox", color_constancy="shades_of_gray", pad_value=10
+        resize_mode="letterbox",
+        color_constancy="shades_of_gray",
+        pad_value=10,
+        crop_dark_border=True,
     )
     result = run_training(parse_config(raw), visualize=False)
     assert result.best_checkpoint is not None
@@ -60,7 +64,9 @@ def test_letterbox_prediction_comes_back_at_the_original_size(
     corrected_checkpoint: Path,
 ) -> None:
     predictor = Predictor.from_checkpoint(corrected_checkpoint, device="cpu")
-    assert predictor.preprocessing == Preprocessing(32, "letterbox", "shades_of_gray", 10)
+    assert predictor.preprocessing == Preprocessing(
+        32, "letterbox", "shades_of_gray", 10, crop_dark_border=True
+    )
     image = _cast_image(45, 70)
     chw, placement = predictor.prepare(image)
     assert chw.shape == (3, 32, 32)
@@ -76,7 +82,7 @@ def test_old_checkpoint_without_the_fields_behaves_as_before(
 ) -> None:
     saved = torch.load(trained_checkpoint, map_location="cpu", weights_only=True)
     config = saved["skinet"]["config"]
-    for key in ("resize_mode", "color_constancy", "pad_value"):
+    for key in ("resize_mode", "color_constancy", "pad_value", "crop_dark_border"):
         config["DATA_CONFIG"].pop(key, None)
     old = rewrite_checkpoint(trained_checkpoint, tmp_path / "old.ckpt", config=config)
     predictor = Predictor.from_checkpoint(old, device="cpu")
@@ -105,7 +111,9 @@ def test_onnx_from_the_sidecar_alone_predicts_like_the_predictor(
         "rule": steps["color_constancy"]["rule"],
     }
 
-    image = _cast_image(45, 70)
+    assert steps["crop_dark_border"]["enabled"]
+    # In an uncropped black frame: the crop, letterbox and colour constancy all take part.
+    image = cv2.copyMakeBorder(_cast_image(45, 70), 9, 7, 12, 5, cv2.BORDER_CONSTANT, value=0)
     image_path = tmp_path / "cast.png"
     assert cv2.imwrite(str(image_path), cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
     # The consumer runs in a fresh interpreter without this checkout on its path, which checks at
@@ -132,8 +140,9 @@ def test_onnx_from_the_sidecar_alone_predicts_like_the_predictor(
 
     predictor = Predictor.from_checkpoint(corrected_checkpoint, device="cpu")
     probs = predictor.predict_proba(image)
-    assert onnx_probs.shape == probs.shape == (45, 70)
+    assert onnx_probs.shape == probs.shape == (61, 87)
     assert probs.max() - probs.min() > 0.02  # a map with structure, not a constant
+    assert not probs[:9].any() and not probs[:, :12].any()  # 0 in the cropped-off frame
     np.testing.assert_allclose(onnx_probs, probs, atol=1e-4)
     assert sidecar["threshold"] == pytest.approx(predictor.threshold)
     assert np.array_equal(onnx_mask, predictor.binarize(probs) > 0)

@@ -38,6 +38,9 @@ class DataConfig(Section):
     """uint8 value of every channel of the ``letterbox`` padding (masks are padded with 0)."""
     color_constancy: Literal["none", "shades_of_gray"] = "none"
     """``shades_of_gray``: p = 6 Minkowski-norm white balance of each image before normalising."""
+    crop_dark_border: bool = False
+    """Crop each image to the rows and columns inside its dark border first (the black frame of
+    an uncropped full-frame dermatoscope image); predictions are 0 outside the crop."""
     persistent_cache: bool = True
     """Keep each split's decoded, preprocessed pixels as memory-mapped files under ``cache_dir``,
     reused by later runs, seeds, trials and every DDP rank (needs ``TRAIN_CONFIG.cache_in_ram``)."""

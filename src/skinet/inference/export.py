@@ -3,11 +3,12 @@
 The exported graph maps a *normalised* image batch to probabilities:
 ``float32 (N, 3, H, W) -> float32 (N, 1, H, W)`` in ``[0, 1]``, with ``N`` free and ``H``, ``W``
 any multiples of ``size_multiple = stride ** (number_of_layers - 1)`` (16 for the default
-5-layer model). Preprocess as in training (``DATA_CONFIG.resize_mode``, ``color_constancy``,
-letterbox padding: the ``preprocessing`` entry), then normalise: ``(pixel / 255 - mean) / std``
-per RGB channel for ``normalization_mode: standard``, or each image's own per-channel mean/std
-for ``image_per_channel``. These values are written to a JSON sidecar ``<output>.json`` next to
-the exported file, complete enough to run the model without SkiNet.
+5-layer model). Preprocess as in training (``DATA_CONFIG.crop_dark_border``, ``resize_mode``,
+``color_constancy``, letterbox padding: the ``preprocessing`` entry), then normalise:
+``(pixel / 255 - mean) / std`` per RGB channel for ``normalization_mode: standard``, or each
+image's own per-channel mean/std for ``image_per_channel``. These values are written to a JSON
+sidecar ``<output>.json`` next to the exported file, complete enough to run the model without
+SkiNet.
 """
 
 from __future__ import annotations

@@ -97,7 +97,8 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         f"`{model.encoder_residual_mode}`, merge `{model.merge_residual_mode}`.",
         "- Output: one logit per pixel; probability = sigmoid, lesion where probability >= "
         f"the threshold ({_figure(threshold)}).",
-        f"- Preprocessing: RGB resized to {data.image_size}x{data.image_size} "
+        f"- Preprocessing: {'dark border cropped, ' if data.crop_dark_border else ''}"
+        f"RGB resized to {data.image_size}x{data.image_size} "
         f"(`{data.resize_mode}`), colour constancy `{data.color_constancy}`, {normalisation}.",
     ]
     if inputs.members:
