@@ -97,3 +97,28 @@ def test_the_option_is_read_from_the_config_and_described_for_the_sidecar() -> N
     steps = spec.describe()
     assert steps["order"][0] == "crop_dark_border" and steps["crop_dark_border"]["enabled"]
     assert not build_preprocessing(parse_config({})).describe()["crop_dark_border"]["enabled"]
+
+
+def test_training_reads_framed_images_cropped_through_the_config(tmp_path: Path) -> None:
+    from skinet.data.loaders import build_dataset
+
+    root = tmp_path / "clinic"  # the generic folder layout: images/ and masks/
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    plain: dict[str, np.ndarray] = {}
+    for i in range(6):
+        image, mask = _skin(60, 80, seed=i)
+        framed, framed_mask = shift_frame(image, mask, 0.6)
+        assert cv2.imwrite(
+            str(root / "images" / f"p{i}.png"), cv2.cvtColor(framed, cv2.COLOR_RGB2BGR)
+        )
+        assert cv2.imwrite(str(root / "masks" / f"p{i}_segmentation.png"), framed_mask * 255)
+        plain[f"p{i}"] = preprocess_pair(image, mask, Preprocessing(32))[1]
+    data = {"dataset": "folder", "data_dir": str(root), "image_size": 32, "crop_dark_border": True}
+    data |= {"val_fraction": 0.2, "test_fraction": 0.2, "cache_dir": str(tmp_path / "cache")}
+    for cache_in_ram in (True, False):
+        cfg = parse_config({"DATA_CONFIG": data, "TRAIN_CONFIG": {"cache_in_ram": cache_in_ram}})
+        dataset = build_dataset(cfg, "train")
+        assert dataset.cached == cache_in_ram and len(dataset) > 0
+        for index, sample in enumerate(dataset.samples):
+            assert np.array_equal(dataset.load_raw(index)[1], plain[sample.id])

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -186,3 +187,23 @@ def test_predict_and_evaluate_cli_use_the_checkpoints_preprocessing(
         assert (int(rows[name]["height"]), int(rows[name]["width"])) == image.shape[:2]
         expected = compute_mask_metrics(predictor.predict(image), targets[name]).jaccard
         assert float(rows[name]["jaccard"]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_skinet_predict_crops_a_framed_image_and_writes_its_mask_at_full_size(
+    corrected_checkpoint: Path, tmp_path: Path
+) -> None:
+    from tests.inference.helpers import run_cli
+
+    framed = cv2.copyMakeBorder(_cast_image(45, 70), 20, 16, 24, 30, cv2.BORDER_CONSTANT, value=0)
+    path = tmp_path / "framed.png"
+    assert cv2.imwrite(str(path), cv2.cvtColor(framed, cv2.COLOR_RGB2BGR))
+    argv = ["predict", "--checkpoint", str(corrected_checkpoint), "--device", "cpu"]
+    assert run_cli([*argv, "--input", str(path), "--output", str(tmp_path / "out")]) == 0
+    written = cv2.imread(str(tmp_path / "out" / "framed_mask.png"), cv2.IMREAD_GRAYSCALE) > 0
+    predictor = Predictor.from_checkpoint(corrected_checkpoint, device="cpu")
+    assert written.shape == framed.shape[:2]
+    assert np.array_equal(written, predictor.predict(framed) > 0)
+    assert not written[:20].any() and not written[:, -30:].any()  # nothing in the frame
+    uncropped = Predictor.from_checkpoint(corrected_checkpoint, device="cpu")
+    uncropped.preprocessing = replace(uncropped.preprocessing, crop_dark_border=False)
+    assert np.abs(uncropped.predict_proba(framed) - predictor.predict_proba(framed)).max() > 1e-3
