@@ -105,11 +105,11 @@ def test_main_config_production_values() -> None:
     assert cfg.data.split_random_seed == cfg.transform.seed_value == cfg.train.seed == 100
     assert cfg.train.use_torch_compile and cfg.train.torch_compile_backend == "eager"
     assert [len(getattr(cfg.sweep, k.value)) for k in HyperparamKey] == [1] * len(HyperparamKey)
-    # The recipe study's choice (docs/results.md), with the robust augmentations.
+    # The recipe of docs/results.md: the default dermoscopy augmentations, not the robust ones.
     assert (cfg.model.norm, cfg.data.color_constancy) == ("instance", "shades_of_gray")
-    assert cfg.data.mean != ISIC2017_MEAN and cfg.train.channels_last
-    robust = load_config(REPO / "configs" / "transforms_robust.yaml").transform
-    assert cfg.transform.train_transforms == robust.train_transforms
+    assert cfg.data.mean != ISIC2017_MEAN and cfg.train.channels_last is None
+    default = load_config(REPO / "configs" / "transforms_dermoscopy.yaml").transform
+    assert cfg.transform.train_transforms == default.train_transforms
 
 
 def test_cpu_budget_is_the_production_recipe_at_128_px_for_15_minutes() -> None:

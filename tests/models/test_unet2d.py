@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from skinet.config.model import UNet2DModelConfig
-from skinet.models import ENCODER_BLOCKS, MERGE_BLOCKS, UNet2D, count_parameters
+from skinet.models import ENCODER_BLOCKS, MERGE_BLOCKS, InstanceNorm, UNet2D, count_parameters
 
 TINY: dict[str, Any] = {"out_channels_layer1": 4, "number_of_layers": 3}
 COMBOS = list(itertools.product(ENCODER_BLOCKS, MERGE_BLOCKS))
@@ -207,7 +207,7 @@ def test_channels_last_backward_of_projection_shortcut_does_not_corrupt_memory()
 
 NORM_TYPES: dict[str, type[nn.Module]] = {
     "batch": nn.BatchNorm2d,
-    "instance": nn.InstanceNorm2d,
+    "instance": InstanceNorm,
     "group": nn.GroupNorm,
 }
 

@@ -219,7 +219,10 @@ def test_adam_optimizer(tiny_raw: dict[str, Any]) -> None:
 def test_compiled_checkpoint_loads_into_uncompiled_model(
     tiny_raw: dict[str, Any], tmp_path
 ) -> None:
-    compiled = _model(tiny_raw, use_torch_compile=True, torch_compile_backend="eager")
+    # One memory format on both sides, so that the outputs are equal to the bit.
+    compiled = _model(
+        tiny_raw, use_torch_compile=True, torch_compile_backend="eager", channels_last=False
+    )
     trainer = _trainer(max_epochs=1, default_root_dir=tmp_path)
     trainer.fit(compiled, _batches(), _batches())
     path = tmp_path / "compiled.ckpt"

@@ -129,8 +129,10 @@ class TrainConfig(Section):
     """Wrap the model with ``torch.compile``."""
     torch_compile_backend: str = "inductor"
     """``torch.compile`` backend (``inductor``, ``eager``, ...)."""
-    channels_last: bool = False
-    """Use the ``channels_last`` memory format (faster for batch-norm nets on CPU and GPU)."""
+    channels_last: bool | None = None
+    """The ``channels_last`` memory format; ``None`` = the faster one for ``MODEL_CONFIG.norm`` on
+    the device, as ``benchmarks/bench_norm.py`` measured it (on for batch and instance norm, off
+    for group norm)."""
     loss_name: Literal["BCE", "DICE", "BCE_DICE"] = "BCE_DICE"
     """Loss on raw logits; ``BCE_DICE`` weighs both 0.5/0.5."""
     optimizer_name: Literal["adam", "adamw"] = "adamw"

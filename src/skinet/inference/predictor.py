@@ -15,7 +15,7 @@ from skinet.data.transforms import Normalizer, build_normalizer
 from skinet.inference.checkpoint import build_model, load_checkpoint
 from skinet.inference.postprocess import postprocess_mask
 from skinet.inference.tta import predict_probs
-from skinet.models import UNet2D
+from skinet.models import UNet2D, uses_channels_last
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -96,7 +96,9 @@ class Predictor:
         self.normalizer: Normalizer = build_normalizer(config)
         # Any user's files at any size: decoded in full, as the export sidecar describes.
         self.preprocessing: Preprocessing = build_preprocessing(config).with_full_decode()
-        self.channels_last = config.train.channels_last
+        self.channels_last = uses_channels_last(
+            config.train.channels_last, config.model.norm, self.device.type
+        )
         model = model.eval().to(self.device)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]

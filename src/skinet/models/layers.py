@@ -14,15 +14,50 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 NormLayer = Callable[[int], nn.Module]
 """``channels -> normalisation layer``, the ``norm_layer`` keyword of every block."""
 
+
+class InstanceNorm(nn.GroupNorm):
+    """Affine instance norm (``MODEL_CONFIG.norm: instance``) through its fastest exact kernel.
+
+    The same function and the same state-dict keys (``weight``, ``bias``) as
+    ``nn.InstanceNorm2d(C, affine=True)`` and ``nn.GroupNorm(C, C)``, so checkpoints load into
+    any of the three. The kernel follows the input's memory format, as
+    ``benchmarks/bench_norm.py`` measured it on the CPU (``docs/models.md`` has the figures):
+
+    - contiguous (NCHW): ``group_norm`` with one group per channel, the fastest of all forms;
+    - ``channels_last``: ``batch_norm`` over each image of the batch on its own (batch statistics
+      of one image are its instance statistics), which keeps the layout; ``group_norm`` and
+      ``instance_norm`` on a ``channels_last`` input are 3-5x slower per layer.
+    """
+
+    def __init__(self, num_channels: int, eps: float = 1e-5) -> None:
+        super().__init__(num_channels, num_channels, eps=eps, affine=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        per_image_pixels = x.shape[-1] * x.shape[-2]
+        if x.dim() == 4 and per_image_pixels > 1 and _is_channels_last(x):
+            return torch.cat(
+                [
+                    F.batch_norm(image, None, None, self.weight, self.bias, True, 0.0, self.eps)
+                    for image in x.split(1)
+                ]
+            )
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+
+def _is_channels_last(x: Tensor) -> bool:
+    return x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+
+
 NORM_LAYERS: dict[str, Any] = {
     "batch": nn.BatchNorm2d,
-    "instance": partial(nn.InstanceNorm2d, affine=True),
+    "instance": InstanceNorm,
     "group": nn.GroupNorm,
 }
 ACTIVATIONS: dict[str, Any] = {"relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU}
@@ -129,3 +164,26 @@ class NormActConv(nn.Sequential):
             build_act(),
             build_conv(in_channels, out_channels, kernel, stride),
         )
+
+
+CHANNELS_LAST_BY_DEVICE: dict[str, dict[str, bool]] = {
+    "cpu": {"batch": True, "instance": True, "group": False},
+    "cuda": {"batch": True, "instance": True, "group": False},
+}
+"""Device type -> norm -> whether ``channels_last`` is the faster memory format.
+
+The CPU row is ``benchmarks/bench_norm.py``'s measurement on 2 cores (``docs/models.md``): with
+``channels_last``, batch norm and :class:`InstanceNorm` train 1.2-1.3x faster and
+``nn.GroupNorm`` slower. The CUDA row follows it until ``benchmarks/gpu_check.py`` measures it
+there. Other devices (MPS) keep the contiguous format.
+"""
+
+
+def uses_channels_last(setting: bool | None, norm: str, device_type: str) -> bool:
+    """``TRAIN_CONFIG.channels_last`` resolved for ``norm`` on ``device_type``.
+
+    ``True``/``False`` is the user's choice; ``None`` takes :data:`CHANNELS_LAST_BY_DEVICE`.
+    """
+    if setting is not None:
+        return setting
+    return CHANNELS_LAST_BY_DEVICE.get(device_type, {}).get(norm, False)

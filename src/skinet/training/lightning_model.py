@@ -20,7 +20,7 @@ from skinet.checkpoint_format import (
 from skinet.config import ExperimentConfig, parse_config
 from skinet.data.device_split import DeviceResidentSplit, find_device_split
 from skinet.keys import MetricsKey
-from skinet.models import UNet2D, compile_model, match_state_dict_keys
+from skinet.models import UNet2D, compile_model, match_state_dict_keys, uses_channels_last
 from skinet.training.losses import build_loss
 from skinet.training.optim import build_lr_scheduler, build_optimizer
 from skinet.training.thresholds import ThresholdResult, ThresholdSweep
@@ -95,8 +95,8 @@ class LightningModel(L.LightningModule):
         self.cfg: ExperimentConfig = parse_config(config, "checkpoint config")
         train_cfg = self.cfg.train
         model = UNet2D(**self.cfg.model.model_dump())
-        if train_cfg.channels_last:
-            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        # Resolved in setup(), once the device is known; forward() follows it.
+        self.channels_last = False
         self.model = (
             compile_model(model, train_cfg.torch_compile_backend)
             if train_cfg.use_torch_compile
@@ -127,6 +127,15 @@ class LightningModel(L.LightningModule):
         # Stages ("train", "val", "test") whose epoch metrics are logged in the current epoch.
         self._epoch_metrics_logged: set[str] = set()
 
+    def setup(self, stage: str) -> None:
+        """Pick the memory format for ``MODEL_CONFIG.norm`` on the device the Trainer runs on."""
+        device_type = self.trainer.strategy.root_device.type
+        self.channels_last = uses_channels_last(
+            self.cfg.train.channels_last, self.cfg.model.norm, device_type
+        )
+        memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
+        self.model.to(memory_format=memory_format)  # type: ignore[call-overload]
+
     def on_train_start(self) -> None:
         split = find_device_split(self.trainer.train_dataloader)
         self.device_split = split.to(self.device) if split is not None else None
@@ -142,7 +151,7 @@ class LightningModel(L.LightningModule):
 
     def forward(self, images: Tensor) -> Tensor:
         """Raw logits ``(B, num_output_classes, H, W)``."""
-        if self.cfg.train.channels_last:
+        if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         return self.model(images)
 
