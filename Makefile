@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed
 CONFIG ?= configs/quickstart.yaml
 
 # make test-heavy: the subprocess, signal and DDP tests kept out of the quick suite
+# make test-slow:  the long tests (every documented training command, real servers)
 
-.PHONY: run test test-heavy lint typecheck pytest docs bench clean setup
+.PHONY: run test test-heavy test-slow lint typecheck pytest docs bench clean setup
 
 setup: $(STAMP)
 
@@ -38,6 +39,9 @@ test: lint typecheck docs pytest
 
 test-heavy: $(STAMP)
 	$(BIN)/python -m pytest -m heavy
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
 
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html

@@ -21,6 +21,9 @@ short keeps what it measured) and ``<out>/gpu_check.md``:
    (``bench_dataloader.bench_model``).
 4. **predict**: the prediction pipeline on 512x512 inputs (``bench_predict.time_eager``) and
    ``skinet predict`` on a folder of PNGs, images/s.
+5. **norms**: a training step of the ``cpu_budget.yaml`` UNet2D with each normalisation form,
+   contiguous and ``channels_last`` (``bench_norm``): the measurement behind the CUDA row of
+   ``skinet.models.layers.CHANNELS_LAST_BY_DEVICE``.
 
 Exit status 0 when every check passed, 1 otherwise. Neither MLflow nor Optuna is imported.
 """
@@ -44,6 +47,7 @@ sys.path.insert(0, str(HERE))  # the sibling benchmark scripts are reused as mod
 
 import bench_dataloader  # noqa: E402
 import bench_models  # noqa: E402
+import bench_norm  # noqa: E402
 import bench_predict  # noqa: E402
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
@@ -302,6 +306,26 @@ def section_predict(args: argparse.Namespace, report: Report) -> None:
     report.check("skinet predict", code == 0, f"exit {code}, {cli:.1f} images/s with file I/O")
 
 
+def section_norms(args: argparse.Namespace, report: Report) -> None:
+    device = torch.device(args.device)
+    size = 64 if args.quick else args.image_size
+    images = torch.randn(args.batch_size, 3, size, size, device=device)
+    masks = (torch.rand(args.batch_size, 1, size, size, device=device) > 0.5).float()
+    rows = report.data.setdefault("norms", [])
+    for form in bench_norm.FORMS:
+        for channels_last in (False, True):
+            model = bench_norm.build(form, channels_last, device)
+            memory_format = torch.channels_last if channels_last else torch.contiguous_format
+            batch = images.contiguous(memory_format=memory_format)
+            speed = bench_norm.step_rate(model, batch, masks, args.steps, 2)
+            rows.append(
+                {"form": form, "channels_last": channels_last, "images_per_sec": round(speed, 1)}
+            )
+            print(f"norms: {form} channels_last={channels_last} {speed:.1f} images/s")
+    report.save()
+    report.check("norms", len(rows) == 2 * len(bench_norm.FORMS), f"{len(rows)} forms timed")
+
+
 def markdown(data: dict[str, Any]) -> str:
     env = data["environment"]
     lines = [
@@ -353,6 +377,11 @@ def markdown(data: dict[str, Any]) -> str:
             f"Predict ({row['inputs']}): pipeline {row['pipeline_images_per_sec']} images/s, "
             f"`skinet predict` with file I/O {row['cli_images_per_sec']} images/s",
         ]
+    if data.get("norms"):
+        lines += ["", "| norm form | channels_last | training images/s |", "|---|---|---:|"]
+        lines += [
+            f"| {r['form']} | {r['channels_last']} | {r['images_per_sec']} |" for r in data["norms"]
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -375,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         guarded(report, "combos eager", lambda: section_combos(eager_only, report, deadline))
     guarded(report, "loader", lambda: section_loader(args, report, data_root))
     guarded(report, "predict", lambda: section_predict(args, report))
+    guarded(report, "norms", lambda: section_norms(args, report))
     if "compiled" in args.combo_modes:
         compiled = argparse.Namespace(**{**vars(args), "combo_modes": ["compiled"]})
         guarded(report, "combos compiled", lambda: section_combos(compiled, report, deadline))

@@ -15,6 +15,10 @@ Format versions:
   ``MODEL_CONFIG.attention_upsample`` says otherwise. A format-1 payload whose model uses
   ``merge_residual_mode: attention_gate`` is read with ``attention_upsample: bilinear``, so the
   model predicts as it was trained.
+- **3**: adds ``calibration``, the threshold tuned on one's own labelled images by
+  ``skinet evaluate --tune-threshold --save-calibrated`` and where it was tuned. Only a
+  calibrated checkpoint is written in format 3, so that an older SkiNet refuses it instead of
+  predicting with the uncalibrated threshold; every other checkpoint stays format 2.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from typing import Any
 
 CHECKPOINT_KEY = "skinet"
 """Key of the checkpoint entry holding the :class:`CheckpointPayload`."""
-FORMAT_VERSION = 2
-"""Format written by this version of SkiNet."""
+FORMAT_VERSION = 3
+"""Newest format this version of SkiNet reads (and writes for calibrated checkpoints)."""
+UNCALIBRATED_FORMAT_VERSION = 2
+"""Format of a checkpoint without a calibration."""
 LEGACY_FORMAT_VERSION = 1
 """Format of a payload without ``format_version``."""
 DEFAULT_THRESHOLD = 0.5
@@ -46,6 +52,22 @@ def _optional(value: Any, kind: type | tuple[type, ...], name: str, source: str)
             f"{getattr(kind, '__name__', 'a number')} or null, got {value!r}"
         )
     return value
+
+
+def _calibration(raw: Any, source: str) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    threshold = raw.get("threshold") if isinstance(raw, Mapping) else None
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, (int, float))
+        or not 0 <= threshold <= 1
+    ):
+        raise CheckpointError(
+            f"{source}: checkpoint['{CHECKPOINT_KEY}']['calibration'] must be a mapping with a "
+            f"threshold in [0, 1], got {raw!r}"
+        )
+    return dict(raw)
 
 
 def _model_section(config: Mapping[str, Any]) -> tuple[str, Any]:
@@ -83,25 +105,37 @@ class CheckpointPayload:
         threshold_used: Threshold the training run used last.
         mlflow_run_id: The MLflow run the checkpoint belongs to; a resumed run continues it.
         format_version: The format the payload was written in (see the module docs).
+        calibration: The threshold tuned on one's own images and where
+            (``threshold``, ``tuned_on``, ``num_images``, ``pooled_dice``, ``source_checkpoint``,
+            ``created``); ``None`` for an uncalibrated checkpoint.
     """
 
     config: dict[str, Any]
     val_optimal_threshold: float | None = None
     threshold_used: float | None = None
     mlflow_run_id: str | None = None
-    format_version: int = FORMAT_VERSION
+    format_version: int = UNCALIBRATED_FORMAT_VERSION
+    calibration: dict[str, Any] | None = None
 
     @property
     def threshold(self) -> float:
-        """``val_optimal_threshold``, else ``threshold_used``, else :data:`DEFAULT_THRESHOLD`."""
-        for value in (self.val_optimal_threshold, self.threshold_used):
+        """The calibrated threshold, else ``val_optimal_threshold``, else ``threshold_used``,
+        else :data:`DEFAULT_THRESHOLD`."""
+        calibrated = None if self.calibration is None else self.calibration["threshold"]
+        for value in (calibrated, self.val_optimal_threshold, self.threshold_used):
             if value is not None:
                 return float(value)
         return DEFAULT_THRESHOLD
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for ``checkpoint[CHECKPOINT_KEY]``."""
-        return asdict(self)
+        """Plain data for ``checkpoint[CHECKPOINT_KEY]``, in the oldest format that holds it."""
+        data = asdict(self)
+        if self.calibration is None:
+            del data["calibration"]
+            data["format_version"] = UNCALIBRATED_FORMAT_VERSION
+        else:
+            data["format_version"] = FORMAT_VERSION
+        return data
 
     @classmethod
     def from_dict(cls, raw: Any, source: str = "checkpoint") -> CheckpointPayload:
@@ -135,6 +169,7 @@ class CheckpointPayload:
             threshold_used=None if thresholds[1] is None else float(thresholds[1]),
             mlflow_run_id=_optional(raw.get("mlflow_run_id"), str, "mlflow_run_id", source),
             format_version=version,
+            calibration=_calibration(raw.get("calibration"), source),
         )
 
     @classmethod

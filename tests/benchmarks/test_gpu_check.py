@@ -45,6 +45,7 @@ def test_gpu_check_runs_on_cpu_without_mlflow_or_optuna(tmp_path: Path) -> None:
         "combos eager",
         "loader measured",
         "skinet predict",
+        "norms",
     }, checks
     assert all(c["passed"] for c in checks.values()), checks
     run = report["train"]["16-mixed"]
@@ -57,5 +58,9 @@ def test_gpu_check_runs_on_cpu_without_mlflow_or_optuna(tmp_path: Path) -> None:
     assert report["loader"]["loader_images_per_sec"] > 0
     assert report["loader"]["model_train_images_per_sec"] > 0
     assert report["predict"]["cli_images_per_sec"] > 0
+    forms = {(r["form"], r["channels_last"]) for r in report["norms"]}
+    assert forms == {
+        (f, cl) for f in ("batch", "instance2d", "groupCC", "instance") for cl in (0, 1)
+    }
     table = (out / "gpu_check.md").read_text()
     assert "| classical:attention_gate |" in table and "skinet predict" in table

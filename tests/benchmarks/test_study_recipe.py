@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 from types import ModuleType
 
@@ -39,6 +40,11 @@ def test_study_runs_cells_and_a_restart_skips_finished_ones(
     common = ["--output", str(out), "--data-dir", str(synthetic_root), "--base-config", str(base)]
     common += ["--budget", budget, "--seeds", "3", "--image-size", "32", "--device", "cpu"]
     common += ["--define", "lr_high=TRAIN_CONFIG.lr=0.01"]
+    # An external labelled folder: the synthetic test split, which no cell trains on.
+    clinic = tmp_path / "clinic"
+    shutil.copytree(synthetic_root / "ISIC-2017_Test_v2_Data", clinic / "images")
+    shutil.copytree(synthetic_root / "ISIC-2017_Test_v2_Part1_GroundTruth", clinic / "masks")
+    common += ["--external", f"clinic={clinic / 'images'}:{clinic / 'masks'}"]
 
     assert study.main([*common, "--candidates", "baseline"]) == 0
     tag = study.budget_tag(None if budget == "none" else budget)
@@ -48,8 +54,17 @@ def test_study_runs_cells_and_a_restart_skips_finished_ones(
     report = json.loads(
         (Path(row["checkpoint"]).parents[2] / "robustness" / "robustness.json").read_text()
     )
-    assert row["clean_val_jaccard"] == report["clean_mean_jaccard"]
+    assert row["clean_val_jaccard"] == pytest.approx(report["clean_mean_jaccard"])
     assert row["shifted_mean_jaccard"] == report["mean_shifted_jaccard"]
+    # The external score is what `skinet evaluate` gives on that folder.
+    from skinet.cli import main as skinet_main
+
+    alone = tmp_path / "alone"
+    argv = ["evaluate", "--checkpoint", row["checkpoint"], "--images", str(clinic / "images")]
+    assert skinet_main([*argv, "--masks", str(clinic / "masks"), "--output", str(alone)]) == 0
+    reference = json.loads((alone / "summary.json").read_text())["mean_jaccard"]
+    assert row["external_jaccard"] == {"clinic": reference}
+    assert row["real_mean_jaccard"] == pytest.approx((row["clean_val_jaccard"] + reference) / 2)
     assert ("TRAIN_CONFIG.max_time" in row["command"]) == (budget != "none")
     checkpoint_mtime = Path(row["checkpoint"]).stat().st_mtime_ns
 
@@ -64,12 +79,26 @@ def test_study_runs_cells_and_a_restart_skips_finished_ones(
     assert high["status"] == "done" and "TRAIN_CONFIG.lr=0.01" in high["command"]
 
     table = (out / "results.md").read_text()
-    assert f"| {tag} | baseline | 3 | {row['clean_val_jaccard']:.4f} |" in table
-    delta = high["shifted_mean_jaccard"] - row["shifted_mean_jaccard"]
+    real, clean = row["real_mean_jaccard"], row["clean_val_jaccard"]
+    assert f"| {tag} | baseline | 3 | {real:.4f} | {clean:.4f} | {reference:.4f} |" in table
+    assert "| clinic |" in table.splitlines()[0]
+    delta = high["real_mean_jaccard"] - row["real_mean_jaccard"]
     assert f"| {tag} | lr_high |" in table and f"{delta:+.4f}" in table
+    # Ranked by the real-image mean, best first.
+    order = [line.split(" | ")[1] for line in table.splitlines()[2:4]]
+    best_first = sorted(
+        ("baseline", "lr_high"), key=lambda c: -second[f"{tag}/{c}/seed3"]["real_mean_jaccard"]
+    )
+    assert order == best_first
     assert (out / "results.csv").read_text().count("\n") == 3  # header + two cells
     assert study.main(["--output", str(out), "--table"]) == 0
     assert "lr_high" in capsys.readouterr().out
+    # --rescore scores a finished cell again without training it.
+    assert study.main([*common, "--candidates", "baseline", "--rescore"]) == 0
+    assert f"[score] {tag}/baseline/seed3" in capsys.readouterr().out
+    assert Path(row["checkpoint"]).stat().st_mtime_ns == checkpoint_mtime
+    rescored = json.loads((out / "results.json").read_text())["cells"][f"{tag}/baseline/seed3"]
+    assert rescored["external_jaccard"] == row["external_jaccard"]
 
 
 def test_candidates_combine_options_and_reject_unknown_ones(tmp_path: Path) -> None:

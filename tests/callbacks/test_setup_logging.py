@@ -23,6 +23,7 @@ from skinet.callbacks import (
     TrainingPlotsCallback,
     setup_logging_and_callbacks,
 )
+from skinet.callbacks.progress_log import ProgressLogCallback
 from skinet.tracking import (
     LocalServer,
     TrackingError,
@@ -279,6 +280,7 @@ def test_everything_off_gives_no_logger(tmp_path: Path, config_factory: Any) -> 
     assert {type(c) for c in callbacks} == {
         SystemMetricsThreadCallback,
         ThroughputCallback,
+        ProgressLogCallback,
         TrainingPlotsCallback,
     }
 

@@ -230,3 +230,8 @@ def test_resolved_config_round_trips() -> None:
     cfg = parse_config({"SWEEP_CONFIG": {"monitor": "val_best_dice_at_threshold"}})
     again = parse_config(cfg.to_yaml_dict())
     assert again == cfg
+
+
+def test_an_unknown_section_lists_the_sections() -> None:
+    with pytest.raises(ConfigError, match="FOO: unknown key \\(the sections are TRAIN_CONFIG, "):
+        load_config(REPO / "configs" / "quickstart.yaml", {"FOO.bar": 1})

@@ -17,8 +17,20 @@ from skinet.data.preprocess import (
     preprocess_image,
     preprocess_pair,
 )
-from skinet.data.shifts import shift_frame
 from skinet.data.vignette import apply_circular_vignette
+
+
+def black_frame(
+    image: np.ndarray, mask: np.ndarray, fraction: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The image centred on an exact-black 4:3 canvas ``1 / fraction`` times taller."""
+    height, width = image.shape[:2]
+    canvas_h = round(height / fraction)
+    canvas_w = max(round(width / fraction), round(canvas_h * 4 / 3))
+    top, left = (canvas_h - height) // 2, (canvas_w - width) // 2
+    pads = (top, canvas_h - height - top, left, canvas_w - width - left)
+    framed = cv2.copyMakeBorder(image, *pads, cv2.BORDER_CONSTANT, value=(0, 0, 0))
+    return framed, cv2.copyMakeBorder(mask, *pads, cv2.BORDER_CONSTANT, value=0)
 
 
 def _skin(height: int, width: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -34,7 +46,7 @@ def _skin(height: int, width: int, seed: int = 0) -> tuple[np.ndarray, np.ndarra
 def test_the_frame_of_an_uncropped_image_is_found_and_a_dark_lesion_kept() -> None:
     image, mask = _skin(60, 80)
     assert find_dark_border(image) == (0, 0, 60, 80)
-    framed, _ = shift_frame(image, mask, 0.5)
+    framed, _ = black_frame(image, mask, 0.5)
     top, left = (framed.shape[0] - 60) // 2, (framed.shape[1] - 80) // 2
     assert find_dark_border(framed) == (top, left, 60, 80)
     # JPEG-like noise on the black stays border; an all-dark image is kept whole.
@@ -53,7 +65,7 @@ def test_a_framed_image_preprocesses_as_the_image_itself_and_restores_into_its_f
     mode: str,
 ) -> None:
     image, mask = _skin(60, 80)
-    framed, framed_mask = shift_frame(image, mask, 0.6)
+    framed, framed_mask = black_frame(image, mask, 0.6)
     spec = Preprocessing(32, mode, "shades_of_gray", crop_dark_border=True)  # type: ignore[arg-type]
     plain = preprocess_pair(image, mask, Preprocessing(32, mode, "shades_of_gray"))  # type: ignore[arg-type]
     cropped = preprocess_pair(framed, framed_mask, spec)
@@ -73,7 +85,7 @@ def test_a_framed_image_preprocesses_as_the_image_itself_and_restores_into_its_f
 
 def test_a_reduced_decode_crops_the_same_window_of_image_and_mask(tmp_path: Path) -> None:
     image, mask = _skin(300, 400)
-    framed, framed_mask = shift_frame(image, mask, 0.6)
+    framed, framed_mask = black_frame(image, mask, 0.6)
     assert cv2.imwrite(str(tmp_path / "a.jpg"), cv2.cvtColor(framed, cv2.COLOR_RGB2BGR))
     assert cv2.imwrite(str(tmp_path / "a.png"), framed_mask * 255)
     spec = Preprocessing(64, crop_dark_border=True)
@@ -108,7 +120,7 @@ def test_training_reads_framed_images_cropped_through_the_config(tmp_path: Path)
     plain: dict[str, np.ndarray] = {}
     for i in range(6):
         image, mask = _skin(60, 80, seed=i)
-        framed, framed_mask = shift_frame(image, mask, 0.6)
+        framed, framed_mask = black_frame(image, mask, 0.6)
         assert cv2.imwrite(
             str(root / "images" / f"p{i}.png"), cv2.cvtColor(framed, cv2.COLOR_RGB2BGR)
         )

@@ -111,7 +111,10 @@ def test_key_follows_files_size_and_preprocessing(isic2017_tree: Path) -> None:
     assert compute_cache_key(samples, spec) not in (key, touched)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "bad_manifest", "wrong_shape", "missing_masks"])
+@pytest.mark.parametrize(
+    "damage",
+    ["truncate", "bad_manifest", "wrong_shape", "missing_masks", "not_utf8", "empty_images"],
+)
 def test_damaged_entry_is_rebuilt_with_a_warning(
     damage: str, isic2017_tree: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -129,6 +132,10 @@ def test_damaged_entry_is_rebuilt_with_a_warning(
         (entry / MANIFEST).write_text("{not json")
     elif damage == "wrong_shape":
         np.save(entry / MASKS, np.zeros((len(samples), 16, 16), np.uint8))
+    elif damage == "not_utf8":
+        (entry / MANIFEST).write_bytes(b'{"key": "\xff\xfe"}')
+    elif damage == "empty_images":
+        (entry / IMAGES).write_bytes(b"")
     else:
         (entry / MASKS).unlink()
     with caplog.at_level(logging.WARNING, logger="skinet.data.cache"):
@@ -136,6 +143,45 @@ def test_damaged_entry_is_rebuilt_with_a_warning(
     assert "corrupt" in caplog.text and "rebuilding" in caplog.text
     np.testing.assert_array_equal(rebuilt.images, expected)
     assert json.loads((entry / MANIFEST).read_text())["count"] == len(samples)
+
+
+def test_a_manifest_that_is_not_utf8_leaves_list_and_clear_working(
+    isic2017_tree: Path, tmp_path: Path
+) -> None:
+    samples = _train_samples(isic2017_tree)
+    cache = tmp_path / "cache"
+    load_or_build_split(samples, Preprocessing(32), cache, split="train")
+    entry = cache / compute_cache_key(samples, Preprocessing(32))
+    (entry / MANIFEST).write_bytes(b"\xff\xfe\x00")
+    (listed,) = list_cache(cache)
+    assert listed.path == entry and not listed.complete
+    assert skinet_main(["data", "cache", "--clear", "--cache-dir", str(cache)]) == 0
+    assert not entry.exists()
+
+
+def test_temporary_files_of_a_killed_build_are_removed_by_the_next_build(
+    isic2017_tree: Path, tmp_path: Path
+) -> None:
+    samples = _train_samples(isic2017_tree)
+    spec = Preprocessing(32)
+    cache = tmp_path / "cache"
+    entry = cache / compute_cache_key(samples, spec)
+    entry.mkdir(parents=True)
+    leftovers = [entry / ".images.npy.abc123.tmp", entry / ".masks.npy.def456.tmp"]
+    for path in leftovers:
+        path.write_bytes(b"\0" * 4096)  # what a kill during the first build leaves
+    load_or_build_split(samples, spec, cache, split="train")
+    assert not any(path.exists() for path in leftovers)
+    assert sorted(p.name for p in entry.iterdir()) == [IMAGES, MANIFEST, MASKS]
+
+
+def test_the_key_follows_the_opencv_version(
+    isic2017_tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    samples = _train_samples(isic2017_tree)
+    key = compute_cache_key(samples, Preprocessing(32))
+    monkeypatch.setattr(cv2, "__version__", "0.0.0-another-libjpeg")
+    assert compute_cache_key(samples, Preprocessing(32)) != key
 
 
 def test_split_with_a_bad_file_is_reported_and_not_cached(

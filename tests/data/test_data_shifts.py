@@ -57,16 +57,29 @@ def test_geometric_shifts_move_the_mask_with_the_image(shift: Shift) -> None:
         shifted, shifted_mask = apply_shift(shift, image, mask, 32, shift_rng(3, shift, image_id))
         assert shifted.shape[:2] == shifted_mask.shape
         assert shifted.shape[:2] != image.shape[:2]
-        np.testing.assert_array_equal(shifted[..., 0] == LESION_RED, shifted_mask > 0)
+        # Lens fall-off of ``frame`` dims the lesion's red, still above every other pixel's.
+        np.testing.assert_array_equal(shifted[..., 0] > 140, shifted_mask > 0)
 
 
-def test_frame_pads_to_four_by_three_in_black() -> None:
+def test_frame_is_a_round_field_of_view_with_fall_off_and_a_noisy_border_not_black() -> None:
     image, mask = _coded_pair(60, 60)
-    framed, framed_mask = shift_frame(image, mask, 0.5)
+    framed, framed_mask = shift_frame(image, mask, 0.5, np.random.default_rng(0))
     assert framed.shape[:2] == (120, 160)
-    assert framed[:30].max() == 0 and framed[:, :50].max() == 0
+    np.testing.assert_array_equal(framed_mask[30:90, 50:110], mask)
     assert framed_mask.sum() == mask.sum()
-    np.testing.assert_array_equal(framed[30:90, 50:110], image)
+    corner, side = framed[:15, :15].astype(float), framed[55:65, :15].astype(float)
+    # Outside the circle: dark sensor noise, neither exact black nor the crop's dark level.
+    assert 24 < corner.mean() < 36 and corner.std() > 3 and (corner <= 20).mean() < 0.2
+    assert 24 < side.mean() < 36  # the 4:3 sides left and right of the circle
+    # Inside: the image, dimmed towards the edge (fall-off); the centre pixel nearly unchanged.
+    centre = framed[60, 80].astype(int) - image[30, 30]
+    assert np.abs(centre).max() <= 1
+    inner = framed[30:90, 50:110].astype(float)
+    assert (inner <= image + 0.5).all() and inner[0, 0].sum() < image[0, 0].sum() * 0.9
+    # The dark-border crop finds no border to cut: the model sees the whole frame.
+    from skinet.data.preprocess import find_dark_border
+
+    assert find_dark_border(framed) == (0, 0, 120, 160)
 
 
 def test_scale_is_a_centred_crop_and_offcentre_crop_a_corner() -> None:

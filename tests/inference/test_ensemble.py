@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import rewrite_checkpoint, run_cli, write_rgb
-from tests.conftest import tiny_raw_config
+from tests.conftest import requires_modules, tiny_raw_config
 
 from skinet.config import parse_config
 from skinet.inference.checkpoint import load_checkpoint
@@ -18,7 +17,7 @@ from skinet.inference.ensemble import EnsembleError, EnsemblePredictor
 from skinet.inference.export import card_path, export_checkpoint, sidecar_path
 from skinet.inference.predictor import Predictor
 
-HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
+NEEDS_ONNX = requires_modules("onnx", "onnxscript", "onnxruntime")
 
 
 @pytest.fixture(scope="session")
@@ -85,7 +84,7 @@ def test_evaluate_cli_scores_an_ensemble_and_tunes_its_threshold(
 
 
 @pytest.mark.heavy
-@pytest.mark.skipif(not HAS_ONNX, reason="needs onnx, onnxscript and onnxruntime")
+@NEEDS_ONNX
 def test_ensemble_exports_as_one_onnx_graph_with_parity(
     trained_checkpoint: Path, second_checkpoint: Path, tmp_path: Path
 ) -> None:

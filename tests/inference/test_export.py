@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.conftest import requires_modules
 from tests.inference.helpers import run_cli
 
 from skinet.inference import build_model, load_checkpoint
@@ -19,7 +20,7 @@ from skinet.inference.export import (
     run_exported,
 )
 
-HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
+NEEDS_ONNX = requires_modules("onnx", "onnxscript", "onnxruntime")
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def test_onnx_without_packages_says_what_to_install(
     assert run_cli([*argv, "--output", str(tmp_path / "m.onnx")]) == 1
 
 
-@pytest.mark.skipif(not HAS_ONNX, reason="needs onnx, onnxscript and onnxruntime")
+@NEEDS_ONNX
 def test_onnx_export_parity_and_tolerance(trained_checkpoint: Path, tmp_path: Path) -> None:
     output = tmp_path / "model.onnx"
     argv = ["export", "--checkpoint", str(trained_checkpoint), "--format", "onnx"]
@@ -101,7 +102,7 @@ def test_onnx_export_parity_and_tolerance(trained_checkpoint: Path, tmp_path: Pa
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAS_ONNX, reason="needs onnx, onnxscript and onnxruntime")
+@NEEDS_ONNX
 def test_onnx_cli_exit_code_follows_the_measured_difference(
     trained_checkpoint: Path, tmp_path: Path
 ) -> None:

@@ -79,6 +79,22 @@ def test_corrupt_and_missing_files(tmp_path: Path) -> None:
         load_checkpoint(tmp_path / "missing.ckpt")
 
 
+def test_a_truncated_checkpoint_is_called_truncated(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    from tests.inference.helpers import run_cli, write_rgb
+
+    write_rgb(tmp_path / "image.png", 32, 32)
+    truncated = tmp_path / "best-epoch=000.ckpt"
+    data = trained_checkpoint.read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="is truncated or damaged") as error:
+        load_checkpoint(truncated)
+    assert "not a torch.save archive" not in str(error.value)
+    argv = ["predict", "--checkpoint", str(truncated), "--input", str(tmp_path / "image.png")]
+    assert run_cli([*argv, "--output", str(tmp_path / "out")]) == 1
+
+
 def test_transforms_a_checkpoint_holds_are_not_rebuilt_to_predict(
     trained_checkpoint: Path, tmp_path: Path
 ) -> None:

@@ -79,3 +79,30 @@ def test_malicious_checkpoint_fails_the_command(tmp_path: Path) -> None:
     argv = ["predict", "--checkpoint", str(path), "--input", str(image), "--output", str(tmp_path)]
     assert run_cli(argv) == 1
     assert not marker.exists()
+
+
+def test_inputs_that_would_write_one_mask_are_refused_before_anything_is_written(
+    trained_checkpoint: Path, tmp_path: Path, caplog
+) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_rgb(folder / "a.jpg", 40, 40, seed=0)
+    write_rgb(folder / "a.png", 40, 40, seed=1)
+    write_rgb(folder / "b.png", 40, 40, seed=2)
+    out = tmp_path / "out"
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--input", str(folder)]
+    assert run_cli([*argv, "--output", str(out)]) == 2
+    assert f"{folder / 'a.jpg'} and {folder / 'a.png'} would both write a_mask.png" in caplog.text
+    assert not out.exists()
+
+
+def test_a_file_that_is_not_an_image_is_refused_without_an_output_folder(
+    trained_checkpoint: Path, tmp_path: Path, caplog
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not an image")
+    out = tmp_path / "out"
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--input", str(notes)]
+    assert run_cli([*argv, "--output", str(out)]) == 2
+    assert f"{notes} is not an image" in caplog.text
+    assert not out.exists()

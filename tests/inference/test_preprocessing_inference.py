@@ -4,7 +4,6 @@ model run from its sidecar alone (numpy/OpenCV/onnxruntime, no SkiNet)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,7 +15,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from tests.conftest import tiny_raw_config
+from tests.conftest import requires_modules, tiny_raw_config
 from tests.inference.helpers import rewrite_checkpoint
 
 from skinet.config import parse_config
@@ -26,7 +25,7 @@ from skinet.inference.export import export_checkpoint, sidecar_path
 
 REPO = Path(__file__).resolve().parents[2]
 CONSUMER = REPO / "docs" / "examples" / "onnx_predict.py"
-HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
+NEEDS_ONNX = requires_modules("onnx", "onnxscript", "onnxruntime")
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +96,7 @@ def test_old_checkpoint_without_the_fields_behaves_as_before(
     np.testing.assert_allclose(predictor.predict_proba(image), expected, atol=1e-6)
 
 
-@pytest.mark.skipif(not HAS_ONNX, reason="needs onnx, onnxscript and onnxruntime")
+@NEEDS_ONNX
 def test_onnx_from_the_sidecar_alone_predicts_like_the_predictor(
     corrected_checkpoint: Path, tmp_path: Path
 ) -> None:

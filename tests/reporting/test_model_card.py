@@ -67,3 +67,40 @@ def test_run_honours_the_split_file_and_writes_split_and_card(
         logged = run.data.metrics[name] if logged is None else logged
         assert value == round(logged, 4), name
     assert f"threshold ({figures['test_threshold_used']:.4f})" in card
+
+
+def test_card_and_metrics_carry_the_best_checkpoints_own_epoch(
+    tiny_raw: dict[str, Any], mlflow_db_template: Path
+) -> None:
+    import json
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    # Keep the epoch with the highest validation loss: not the last one of a run that learns.
+    tiny_raw["TRAIN_CONFIG"].update(
+        max_epochs=3,
+        lr=3e-3,
+        use_early_stopping=False,
+    )
+    tiny_raw["SWEEP_CONFIG"] = {"monitor": "val_loss", "direction": "maximize"}
+    output_dir = Path(tiny_raw["TRAIN_CONFIG"]["output_dir"])
+    output_dir.mkdir(parents=True)
+    shutil.copyfile(mlflow_db_template, output_dir / "mlflow.db")
+    cfg = parse_config(tiny_raw)
+    result = run_training(cfg, visualize=False)
+    client = MlflowClient(resolve_tracking_uri(cfg))
+    losses = {m.step: m.value for m in client.get_metric_history(result.mlflow_run_id, "val_loss")}
+    dice = [m.value for m in client.get_metric_history(result.mlflow_run_id, "val_dice")]
+    by_epoch = sorted(losses.values())  # steps grow with epochs: losses in epoch order
+    per_epoch = [losses[step] for step in sorted(losses)]
+    best = max(range(3), key=lambda epoch: per_epoch[epoch])
+    assert best != 2, f"the test needs a best epoch before the last: {per_epoch}"
+    assert result.best_checkpoint is not None and f"epoch={best:03d}" in result.best_checkpoint.name
+    saved = json.loads((result.run_dir / "metrics.json").read_text())["metrics"]
+    assert saved["best_epoch"] == best
+    assert saved["val_loss"] == max(by_epoch)
+    assert saved["val_dice"] == dice[best] != dice[-1]
+    card = (result.run_dir / MODEL_CARD_FILE).read_text()
+    assert f"Validation metrics of the best checkpoint (epoch {best}, 0-based)" in card
+    assert _card_figures(card)["val_dice"] == round(dice[best], 4)

@@ -41,7 +41,7 @@ def test_folds_pool_train_and_val_and_keep_the_test_split(tiny_raw: dict[str, An
         carve_folds(cfg, 13)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_cv_killed_after_the_first_fold_resumes_without_retraining_it(
     tiny_raw: dict[str, Any], tmp_path: Path, mlflow_db_template: Path, capsys: Any
 ) -> None:
@@ -96,3 +96,44 @@ def test_cv_killed_after_the_first_fold_resumes_without_retraining_it(
     names = sorted(r.info.run_name for r in children if r.info.status == "FINISHED")
     assert names == ["fold_1", "fold_2", "fold_3"]  # fold 1 trained once
     assert f"{monitor}_mean" in parent.data.metrics and parent.info.status == "FINISHED"
+
+
+@pytest.mark.heavy
+def test_a_rerun_with_another_config_refuses_the_old_folds_and_names_both_hashes(
+    tiny_raw: dict[str, Any], tmp_path: Path, caplog: Any
+) -> None:
+    from skinet.sweep.cv import config_hash
+
+    tiny_raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False)
+    config = tmp_path / "cv.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw))
+    argv = ["cv", "--config", str(config), "--folds", "2"]
+    assert main(argv) == 0
+    cv_dir = cv_folder(parse_config(tiny_raw), 2)
+    fold_1 = (cv_dir / "results" / "fold_1.json").read_text()
+    old_hash = config_hash(parse_config(tiny_raw))
+    assert json.loads(fold_1)["config_sha256"] == old_hash
+
+    # Out-of-fold: every pooled training image scored once, by the fold that did not train on it.
+    oof = json.loads((cv_dir / "out_of_fold" / "summary.json").read_text())
+    assert oof["num_images"] == 12 and oof["num_failed"] == 0
+    rows = (cv_dir / "out_of_fold" / "per_image.csv").read_text().splitlines()[1:]
+    assert len(rows) == 12 and len({row.split(",")[0] for row in rows}) == 12
+    # The ensemble of the folds: its val split is leaked, its test split is not.
+    evaluate = ["evaluate", "--checkpoint", str(cv_dir), "--output", str(tmp_path / "eval")]
+    caplog.clear()
+    assert main([*evaluate, "--split", "val"]) == 2
+    assert "out_of_fold/summary.json" in caplog.text and "--split test" in caplog.text
+    assert main([*evaluate, "--split", "val", "--allow-leak", "--gallery", "0"]) == 0
+    assert main([*evaluate, "--split", "test", "--gallery", "0"]) == 0
+    robustness = ["robustness", "--checkpoint", str(cv_dir), "--shifts", "gamma"]
+    assert main([*robustness, "--split", "val", "--output", str(tmp_path / "rob")]) == 2
+
+    changed = [*argv, "--set", "TRAIN_CONFIG.lr=0.05"]
+    new_hash = config_hash(
+        parse_config({**tiny_raw, "TRAIN_CONFIG": {**tiny_raw["TRAIN_CONFIG"], "lr": 0.05}})
+    )
+    assert main(changed) == 2
+    assert old_hash in caplog.text and new_hash in caplog.text
+    assert (cv_dir / "results" / "fold_1.json").read_text() == fold_1  # nothing touched
+    assert main(argv) == 0  # the same config still resumes: every fold finished

@@ -22,19 +22,20 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.trial import TrialState
 from sweep_fakes import one_epoch
+from tests.conftest import requires_modules
 
 from skinet.tracking import find_free_port, start_local_server
 
 ROOT = Path(__file__).parents[2]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.heavy, requires_modules("pgserver", "psycopg")]
 
 
 @pytest.fixture
 def postgres() -> Iterator[str]:
     """``postgresql+psycopg://postgres@127.0.0.1:<port>``, with databases optuna and mlflow."""
-    pgserver = pytest.importorskip("pgserver")
-    pytest.importorskip("psycopg")
+    import pgserver
+
     # Not in tmp_path: run as root, the server runs as another user, who cannot enter pytest's
     # private (0700) temp root.
     root = Path(tempfile.mkdtemp(prefix="skinet_pg_"))

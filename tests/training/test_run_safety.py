@@ -328,3 +328,84 @@ def test_ddp_ranks_use_rank_zero_run_folder_and_write_nothing_of_their_own(
     assert len(folders) == 2 and len(set(folders)) == 1 and folders[0].endswith(run.name)
     run_ids = {line for line in proc.stdout.splitlines() if line.startswith("MLflow run id:")}
     assert len(run_ids) == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ("TRAIN_CONFIG.lr=0.05", "TRAIN_CONFIG.lr: 0.001 -> 0.05"),
+        ("MODEL_CONFIG.out_channels_layer1=16", "MODEL_CONFIG.out_channels_layer1: 8 -> 16"),
+    ],
+)
+def test_resume_refuses_a_change_it_cannot_apply_before_touching_the_run(
+    tiny_raw: dict[str, Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    change: str,
+    named: str,
+) -> None:
+    config = _write(tiny_raw, tmp_path / "c.yaml", max_epochs=1)
+    assert main(["train", "--config", str(config), "--no-visualize"]) == 0
+    (run,) = _run_folders(tmp_path / "runs")
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    saved_config = (run / "config.yaml").read_text()
+    before = _mlflow_run(config, checkpoint["skinet"]["mlflow_run_id"])
+    resume = ["train", "--config", str(config), "--no-visualize", "--resume", "last"]
+    assert main([*resume, "--set", "TRAIN_CONFIG.max_epochs=2", "--set", change]) == 1
+    assert named in caplog.text and "--init-from" in caplog.text
+    assert "size mismatch" not in caplog.text
+    after = _mlflow_run(config, checkpoint["skinet"]["mlflow_run_id"])
+    assert after.info.status == before.info.status == "FINISHED"
+    assert after.data.params == before.data.params
+    assert (run / "config.yaml").read_text() == saved_config
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
+
+
+def test_resume_applies_new_plateau_settings(tiny_raw: dict[str, Any], tmp_path: Path) -> None:
+    tiny_raw["TRAIN_CONFIG"].update(
+        {
+            "max_epochs": 1,
+            "use_lr_scheduler": True,
+            "scheduler_type": "reduce_on_plateau",
+            "lr_scheduler_config": {"patience": 3, "factor": 0.5},
+        }
+    )
+    config = _write(tiny_raw, tmp_path / "c.yaml")
+    assert main(["train", "--config", str(config), "--no-visualize"]) == 0
+    (run,) = _run_folders(tmp_path / "runs")
+    resume = ["train", "--config", str(config), "--no-visualize", "--resume", "last"]
+    changes = ["TRAIN_CONFIG.max_epochs=2", "TRAIN_CONFIG.lr_scheduler_config.patience=9"]
+    changes.append("TRAIN_CONFIG.lr_scheduler_config.factor=0.25")
+    assert main([*resume, *(x for c in changes for x in ("--set", c))]) == 0
+    (scheduler,) = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["lr_schedulers"]
+    assert (scheduler["patience"], scheduler["factor"]) == (9, 0.25)
+
+
+def test_resume_from_a_truncated_checkpoint_names_it_and_the_checkpoints_beside_it(
+    tiny_raw: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _write(tiny_raw, tmp_path / "c.yaml", max_epochs=1)
+    assert main(["train", "--config", str(config), "--no-visualize"]) == 0
+    (run,) = _run_folders(tmp_path / "runs")
+    last = run / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:4096])
+    resume = ["train", "--config", str(config), "--no-visualize", "--resume", str(last)]
+    assert main([*resume, "--set", "TRAIN_CONFIG.max_epochs=2"]) == 1
+    assert "is truncated or damaged" in caplog.text and "best-epoch=000.ckpt" in caplog.text
+
+
+@pytest.mark.parametrize("problem", ["file", "read_only"])
+def test_an_output_dir_that_cannot_hold_runs_is_named_before_anything_starts(
+    tiny_raw: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture, problem: str
+) -> None:
+    if problem == "file":
+        output = tmp_path / "out"
+        output.write_text("not a folder")
+        expected = "is a file, not a folder"
+    else:  # sysfs refuses new folders even to root, as a read-only mount does
+        output = Path("/sys/skinet_runs")
+        expected = "cannot be written to (Operation not permitted)"
+    config = _write(tiny_raw, tmp_path / "c.yaml", output_dir=str(output))
+    assert main(["train", "--config", str(config), "--no-visualize"]) == 1
+    assert f"TRAIN_CONFIG.output_dir {output} {expected}" in caplog.text
+    assert "Traceback" not in caplog.text

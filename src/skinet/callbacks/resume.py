@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor
 from lightning.pytorch.loggers import MLFlowLogger
-from torch.optim.lr_scheduler import CosineAnnealingLR
+from torch.optim.lr_scheduler import CosineAnnealingLR, ReduceLROnPlateau
 
 if TYPE_CHECKING:
     from skinet.config import ExperimentConfig
@@ -65,9 +65,11 @@ class ResumeStateCallback(Callback):
       DataLoader worker (``SegmentationDataset.set_augmentation_epoch``), so a resumed epoch
       draws what it would have drawn, whatever the workers did before;
     - after a resume: ``CosineAnnealingLR`` gets the current config's ``T_max`` and
-      ``eta_min``, ``EarlyStopping`` its ``patience`` (Lightning restores both from the
-      checkpoint), and a run whose restored early-stopping state already meets the patience
-      stops before training another epoch.
+      ``eta_min``, ``ReduceLROnPlateau`` its ``patience`` and ``factor``, ``EarlyStopping`` its
+      ``patience`` (Lightning restores all of them from the checkpoint), and a run whose
+      restored early-stopping state already meets the patience stops before training another
+      epoch. Settings a resume cannot apply (the learning rate, the optimizer, the model, ...)
+      are refused before the run starts (:mod:`skinet.training.resume_changes`).
 
     Args:
         cfg: The run's config (the current one, not the checkpoint's).
@@ -109,10 +111,14 @@ class ResumeStateCallback(Callback):
     def _apply_current_settings(self, trainer: L.Trainer) -> None:
         train = self.cfg.train
         cosine = train.cosine_annealing_config
+        plateau = train.lr_scheduler_config
         for config in trainer.lr_scheduler_configs:
             if isinstance(config.scheduler, CosineAnnealingLR):
                 config.scheduler.T_max = cosine.T_max or train.max_epochs
                 config.scheduler.eta_min = cosine.eta_min
+            elif isinstance(config.scheduler, ReduceLROnPlateau):
+                config.scheduler.patience = plateau.patience
+                config.scheduler.factor = plateau.factor
         for callback in trainer.callbacks:  # type: ignore[attr-defined]
             if isinstance(callback, EarlyStopping):
                 callback.patience = train.early_stopping_config.patience

@@ -11,6 +11,7 @@ from lightning.pytorch.loggers import Logger
 
 from skinet.callbacks.mlflow_artifacts import MLflowTrainingArtifactsCallback, SkiNetMLFlowLogger
 from skinet.callbacks.plots import TrainingPlotsCallback
+from skinet.callbacks.progress_log import ProgressLogCallback
 from skinet.callbacks.resume import ResumeAwareLearningRateMonitor
 from skinet.callbacks.system_metrics import SystemMetricsThreadCallback
 from skinet.callbacks.throughput import ThroughputCallback
@@ -36,10 +37,11 @@ def setup_logging_and_callbacks(
     run_name: str,
     parent_run_id: str | None = None,
     resume_run_id: str | None = None,
+    tags: dict[str, str] | None = None,
 ) -> tuple[list[Logger], list[Callback]]:
     """Build the loggers and callbacks selected by ``TRAIN_CONFIG``.
 
-    Always: ``SystemMetricsThreadCallback``, ``ThroughputCallback`` and
+    Always: ``SystemMetricsThreadCallback``, ``ThroughputCallback``, ``ProgressLogCallback`` and
     ``TrainingPlotsCallback`` (PNGs in ``run_dir/plots``). By flag: ``EarlyStopping``,
     ``ModelCheckpoint`` (in ``run_dir/checkpoints``; with ``save_last`` a second one writes
     ``last.ckpt`` after every epoch), ``MLFlowLogger`` with ``MLflowTrainingArtifactsCallback``,
@@ -51,6 +53,7 @@ def setup_logging_and_callbacks(
         run_name: MLflow run name (see :func:`skinet.tracking.make_run_name`).
         parent_run_id: MLflow run to nest this run under (a sweep's parent run).
         resume_run_id: An existing MLflow run to continue (resuming from a checkpoint).
+        tags: More MLflow tags of the run (a fine-tuned run's lineage).
 
     Raises:
         TrackingError: The MLflow server does not answer (checked before anything runs).
@@ -62,6 +65,7 @@ def setup_logging_and_callbacks(
     callbacks: list[Callback] = [
         SystemMetricsThreadCallback(train.system_metrics_interval_sec),
         ThroughputCallback(),
+        ProgressLogCallback(train.progress_log_interval_sec, train.enable_progress_bar),
     ]
     if train.use_early_stopping:
         stop = train.early_stopping_config
@@ -97,7 +101,9 @@ def setup_logging_and_callbacks(
                 )
             )
     if train.use_mlflow_logger:
-        loggers.append(build_mlflow_logger(cfg, run_dir, run_name, parent_run_id, resume_run_id))
+        loggers.append(
+            build_mlflow_logger(cfg, run_dir, run_name, parent_run_id, resume_run_id, tags)
+        )
         callbacks.append(MLflowTrainingArtifactsCallback(cfg))
     if train.use_litlogger_logger:
         loggers.append(build_litlogger(cfg, run_dir, run_name))
@@ -120,6 +126,7 @@ def build_mlflow_logger(
     run_name: str,
     parent_run_id: str | None = None,
     resume_run_id: str | None = None,
+    extra_tags: dict[str, str] | None = None,
 ) -> SkiNetMLFlowLogger:
     """An MLflow logger on the resolved store; checks the server and creates the experiment.
 
@@ -137,6 +144,7 @@ def build_mlflow_logger(
     artifact_location = artifact_location_for(cfg, uri)
     ensure_experiment(uri, experiment_name, artifact_location)
     tags = {"skinet.run_dir": str(Path(run_dir).resolve()), "skinet.seed": str(cfg.train.seed)}
+    tags.update(extra_tags or {})
     if parent_run_id is not None:
         tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
     previous_status = reopen_run(uri, resume_run_id) if resume_run_id else None

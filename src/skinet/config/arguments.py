@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
@@ -62,6 +64,36 @@ def positive_float(text: str) -> float:
 def probability(text: str) -> float:
     """An ``argparse`` type: a number in [0, 1]."""
     return _number(text, float, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1]")
+
+
+@dataclass(frozen=True)
+class ExternalSet:
+    """A labelled folder given as ``--external NAME=IMAGES:MASKS``."""
+
+    name: str
+    images: Path
+    masks: Path
+
+
+EXTERNAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def external_set(text: str) -> ExternalSet:
+    """An ``argparse`` type: ``NAME=IMAGES:MASKS``, a name and two existing folders."""
+    name, sep, folders = text.partition("=")
+    images, colon, masks = folders.rpartition(":")
+    if not sep or not colon or not images or not masks:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=IMAGES:MASKS (e.g. clinic=clinic/images:clinic/masks), got {text!r}"
+        )
+    if not EXTERNAL_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"the name of {text!r} must be letters, digits, '_', '-' or '.' (it names a folder)"
+        )
+    for kind, folder in (("image", images), ("mask", masks)):
+        if not Path(folder).is_dir():
+            raise argparse.ArgumentTypeError(f"{name}: {kind} folder not found: {folder}")
+    return ExternalSet(name, Path(images), Path(masks))
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:

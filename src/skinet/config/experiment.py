@@ -144,7 +144,11 @@ def _suggest(loc: tuple[int | str, ...]) -> str:
             return fallback
     valid = list(SECTIONS) if node is ExperimentConfig else list(node.model_fields)
     close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else fallback
+    if close:
+        return f"; did you mean {close[0]}?"
+    if node is ExperimentConfig:
+        return f" (the sections are {', '.join(SECTIONS)})"
+    return fallback
 
 
 def _model_class(annotation: Any) -> type[BaseModel] | None:

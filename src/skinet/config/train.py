@@ -139,6 +139,9 @@ class TrainConfig(Section):
     """Optimizer."""
     lr: float = Field(1e-4, gt=0.0)
     """Base learning rate."""
+    init_checkpoint: str | None = None
+    """Start a new run from this checkpoint's weights (fine-tuning; ``skinet train --init-from``):
+    fresh optimizer and schedule; its ``MODEL_CONFIG`` and preprocessing unless set here."""
     weight_decay: float = Field(1e-4, ge=0.0)
     """L2 regularisation strength."""
     optimal_threshold: float | None = Field(None, ge=0.0, le=1.0)
@@ -200,7 +203,10 @@ class TrainConfig(Section):
     limit_val_batches: float | int | None = None
     """Use only part of the validation set per epoch (debugging)."""
     enable_progress_bar: bool = True
-    """Show Lightning's progress bar."""
+    """Show Lightning's progress bar (it draws only on a terminal)."""
+    progress_log_interval_sec: float = Field(60.0, gt=0)
+    """Off a terminal (``> train.log``, nohup, SLURM, CI) or without the progress bar: log a line
+    per epoch and at least one this often while an epoch trains."""
 
     @field_validator("max_time", mode="before")
     @classmethod

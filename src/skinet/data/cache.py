@@ -3,15 +3,18 @@
 A split is decoded and preprocessed once into ``<cache_dir>/<key>/images.npy`` (uint8
 ``N x S x S x 3``) and ``masks.npy`` (uint8 ``N x S x S``, values {0, 1}); ``manifest.json`` is
 written last and marks the entry complete. The key is a SHA-256 over the cache format version,
-every sample's paths, sizes and modification times, and the full preprocessing (size, resize
-mode, pad value, colour constancy, reduced JPEG decode), so any change makes a new entry.
+every sample's paths, sizes and modification times, the full preprocessing (size, resize
+mode, pad value, colour constancy, reduced JPEG decode) and the OpenCV version that decodes
+(another libjpeg can decode other pixels), so any change makes a new entry.
 
 Later runs, seeds, sweep trials and every DDP rank open the files read-only with
 ``np.load(mmap_mode="r")``: the operating system's page cache holds one copy for all of them,
 and forked DataLoader workers share the same mapping. Writers take a file lock per key, so a
 second process building the same split waits and then reuses the first one's files. Files are
 written under temporary names and moved in with ``os.replace``; an entry whose manifest or
-arrays do not match (a truncated file, a crash between writes) is rebuilt with a warning.
+arrays do not match or cannot be read (a truncated or empty file, a manifest that is not UTF-8
+JSON, a crash between writes) is rebuilt with a warning, and temporary files a killed build
+left behind are removed under the lock before the next build.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 from filelock import FileLock, Timeout
 
@@ -99,6 +103,7 @@ def compute_cache_key(samples: Sequence[Sample], preprocessing: Preprocessing) -
         "samples": [[s.id, *_file_stamp(s.image_path), *_file_stamp(s.mask_path)] for s in samples],
         "preprocessing": asdict(preprocessing),
         "steps": preprocessing.describe(),
+        "decoder": f"opencv {cv2.__version__}",
     }
     encoded = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(encoded).hexdigest()[:32]
@@ -117,7 +122,7 @@ def open_entry(entry: Path, key: str, count: int, size: int) -> tuple[np.ndarray
     """
     try:
         manifest = json.loads((entry / MANIFEST).read_text())
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # not JSON, or not UTF-8 (UnicodeDecodeError)
         raise CorruptCacheError(f"unreadable manifest ({exc})") from exc
     if not isinstance(manifest, dict):
         raise CorruptCacheError("manifest is not a JSON object")
@@ -128,8 +133,8 @@ def open_entry(entry: Path, key: str, count: int, size: int) -> tuple[np.ndarray
         path = entry / name
         try:
             array = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise CorruptCacheError(f"{name}: {exc}") from exc
+        except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty file
+            raise CorruptCacheError(f"{name}: {exc or type(exc).__name__}") from exc
         if not isinstance(array, np.memmap) or array.dtype != np.uint8 or array.shape != shape:
             raise CorruptCacheError(
                 f"{name} holds {getattr(array, 'dtype', '?')} {getattr(array, 'shape', '?')}, "
@@ -209,6 +214,8 @@ def _build_entry(
     assert preprocessing.image_size is not None
     entry.mkdir(parents=True, exist_ok=True)
     (entry / MANIFEST).unlink(missing_ok=True)  # the entry is incomplete from here on
+    for stale in entry.glob(".*.tmp"):  # left by a build that was killed (the lock is ours)
+        stale.unlink(missing_ok=True)
     shapes = _expected_shapes(len(samples), preprocessing.image_size)
     temps = {name: _temp_name(entry, name) for name in shapes}
     try:
@@ -278,7 +285,7 @@ def list_cache(cache_dir: Path) -> list[CacheEntry]:
         try:
             manifest = json.loads(manifest_path.read_text())
             complete = isinstance(manifest, dict)
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):  # absent, not JSON or not UTF-8: an incomplete entry
             manifest, complete = {}, False
         nbytes = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
         stamp = manifest_path if manifest_path.exists() else folder

@@ -2,8 +2,10 @@
 
 Each shift models one way another clinic's dermatoscope differs from ISIC's (colour balance,
 tone curve, field-of-view border, focus, compression, framing, magnification) at two
-strengths, both outside the ranges the robust training recipe (``configs/transforms_robust.yaml``)
-samples from, so a recipe is not scored on the augmentations it was trained with. Photometric
+strengths, both outside the ranges that the shipped augmentation files
+(``configs/transforms_dermoscopy.yaml``, ``configs/transforms_robust.yaml``) sample from, so a
+recipe is not scored on the augmentations it was trained with. The shifts are synthetic: they
+guide, but a real other clinic's images (``skinet evaluate --external``) decide. Photometric
 shifts leave the mask alone; geometric ones (``frame``, ``offcentre_crop``, ``scale``) move it
 with the image, pixel for pixel.
 """
@@ -106,21 +108,43 @@ def shift_jpeg(image: np.ndarray, quality: float) -> np.ndarray:
     return cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB)
 
 
-def shift_frame(
-    image: np.ndarray, mask: np.ndarray, fraction: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """An uncropped frame: the image centred on a black 4:3 canvas ``1 / fraction`` times taller.
+FRAME_BORDER_LEVEL = (30.0, 6.0)
+"""Mean and standard deviation of the grey level outside the field of view: a sensor's dark
+noise, above the dark-border crop's ``DARK_LEVEL`` (20), so the crop does not remove it."""
+FRAME_FALLOFF = 0.35
+"""Lens fall-off: brightness drops by this share from the centre to the field of view's edge."""
 
-    The image covers ``fraction`` of the canvas height (and at most that of its width), as a
-    lesion photographed with a full-frame dermatoscope and not cropped to the lesion.
+
+def shift_frame(
+    image: np.ndarray, mask: np.ndarray, fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """An uncropped full-frame dermatoscope image around the lesion image.
+
+    A 4:3 canvas ``1 / fraction`` times taller than the image (and at least that much wider)
+    shows a circular field of view as tall as the canvas. Inside it the image sits in the
+    centre, surrounded by its own median border colour (skin without structure); outside it the
+    canvas is dark sensor noise (:data:`FRAME_BORDER_LEVEL`), not exact black. Lens fall-off
+    (:data:`FRAME_FALLOFF`) darkens everything towards the edge of the field of view. The mask
+    is padded with background.
     """
     height, width = image.shape[:2]
     canvas_h = round(height / fraction)
     canvas_w = max(round(width / fraction), round(canvas_h * FRAME_ASPECT))
     top, left = (canvas_h - height) // 2, (canvas_w - width) // 2
     pads = (top, canvas_h - height - top, left, canvas_w - width - left)
-    framed = cv2.copyMakeBorder(image, *pads, cv2.BORDER_CONSTANT, value=(0, 0, 0))
-    return framed, cv2.copyMakeBorder(mask, *pads, cv2.BORDER_CONSTANT, value=0)
+    # The median border colour: the skin, whatever else touches the edge (a ruler, a patch).
+    edge = np.median(np.concatenate([image[0], image[-1], image[:, 0], image[:, -1]]), axis=0)
+    skin = tuple(float(v) for v in edge)
+    framed = cv2.copyMakeBorder(image, *pads, cv2.BORDER_CONSTANT, value=skin).astype(np.float32)
+    rows, cols = np.ogrid[:canvas_h, :canvas_w]
+    radius = canvas_h / 2.0
+    distance = np.hypot(cols + 0.5 - canvas_w / 2.0, rows + 0.5 - canvas_h / 2.0) / radius
+    framed *= (1.0 - FRAME_FALLOFF * np.clip(distance, 0.0, 1.0) ** 2)[..., None]
+    outside = distance > 1.0
+    mean, std = FRAME_BORDER_LEVEL
+    framed[outside] = rng.normal(mean, std, size=(int(outside.sum()), 3))
+    shifted = np.clip(np.rint(framed), 0, 255).astype(np.uint8)
+    return shifted, cv2.copyMakeBorder(mask, *pads, cv2.BORDER_CONSTANT, value=0)
 
 
 def crop_window(
@@ -168,7 +192,7 @@ SHIFT_UNITS = {
     "vignette": "radius {0:g}",
     "blur": "sigma {0:g} input px",
     "jpeg": "quality {0:g}",
-    "frame": "image {0:g} of 4:3 frame",
+    "frame": "image {0:g} of a 4:3 frame, round field of view",
     "offcentre_crop": "{0:g} of sides, a corner",
     "scale": "{0:g} of sides, centred",
 }
@@ -224,7 +248,8 @@ def apply_shift(
         image: The image at its original resolution.
         mask: Its mask; geometric shifts crop or pad it exactly as the image.
         input_size: The model's input side (``DATA_CONFIG.image_size``), the unit of ``blur``.
-        rng: Draws the random parts (the corner of ``offcentre_crop``); see :func:`shift_rng`.
+        rng: Draws the random parts (the corner of ``offcentre_crop``, the sensor noise of
+            ``frame``); see :func:`shift_rng`.
 
     Returns:
         The shifted image (a new array) and its mask (the input mask when only pixels changed).
@@ -238,7 +263,7 @@ def apply_shift(
     if shift.name == "blur":
         return shift_blur(image, shift.value, input_size), mask
     if shift.name == "frame":
-        return shift_frame(image, mask, shift.value)
+        return shift_frame(image, mask, shift.value, rng)
     if shift.name == "offcentre_crop":
         return shift_offcentre_crop(image, mask, shift.value, rng)
     if shift.name == "scale":

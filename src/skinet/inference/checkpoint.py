@@ -24,6 +24,8 @@ from skinet.config import ConfigError, ExperimentConfig, parse_config
 from skinet.models import UNet2D, normalize_state_dict_keys
 
 MODEL_PREFIX = "model."
+ZIP_HEADER = b"PK\x03\x04"
+"""The first bytes of a zip archive, which torch.save writes."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,13 @@ def _safe_load(path: Path, map_location: str | torch.device) -> Any:
         # HTML error page, a truncated download) would otherwise surface as raw unpickler text.
         with path.open("rb") as handle:
             head = handle.read(16)
+        if head.startswith(ZIP_HEADER):
+            raise CheckpointError(
+                f"{path} is truncated or damaged: it starts as a torch.save archive but its end "
+                f"is missing ({path.stat().st_size} bytes; a copy or download cut short, or a "
+                "disk that filled up while it was written). Copy it again, or use another "
+                "checkpoint of the run (checkpoints/best-*.ckpt, last.ckpt)."
+            )
         raise CheckpointError(
             f"{path} is not a checkpoint: it is not a torch.save archive (first bytes {head!r}). "
             "Give a .ckpt written by `skinet train` (run folder, checkpoints/)."

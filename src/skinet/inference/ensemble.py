@@ -110,6 +110,8 @@ class EnsemblePredictor(Predictor):
         models: The members (same preprocessing; see :func:`check_compatible`).
         config: The config of the first member (its preprocessing is everyone's).
         member_thresholds: Each member's own threshold, reported with the ensemble's.
+        member_splits: Each member's split (:func:`split_of`); members trained on different
+            splits (cv folds) make the first member's ``val`` and ``train`` splits leak.
         kwargs: As :class:`Predictor` (``threshold``, ``device``, ``tta``, ...).
     """
 
@@ -119,6 +121,7 @@ class EnsemblePredictor(Predictor):
         config: ExperimentConfig,
         member_thresholds: Sequence[float] = (),
         member_paths: Sequence[Path] = (),
+        member_splits: Sequence[tuple[Any, ...]] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(models[0], config, **kwargs)
@@ -128,6 +131,12 @@ class EnsemblePredictor(Predictor):
         self.members = members
         self.member_thresholds = list(member_thresholds)
         self.member_paths = list(member_paths)
+        self.member_splits = list(member_splits)
+
+    @property
+    def members_share_their_split(self) -> bool:
+        """Whether every member was trained on the same train/val/test split."""
+        return len(set(self.member_splits)) <= 1
 
     @classmethod
     def from_checkpoints(
@@ -147,6 +156,7 @@ class EnsemblePredictor(Predictor):
             checkpoints[0].config,
             thresholds,
             [c.path for c in checkpoints],
+            [split_of(c.config) for c in checkpoints],
             threshold=chosen,
             device=device,
             **kwargs,
@@ -170,6 +180,33 @@ def build_predictor(
     return EnsemblePredictor.from_checkpoints(paths, threshold=threshold, **kwargs)
 
 
+def split_of(config: ExperimentConfig) -> tuple[Any, ...]:
+    """What decides a model's train/val/test split: the split file, else the seed and fractions."""
+    data = config.data
+    if data.split_file is not None:
+        return ("split_file", str(data.split_file))
+    return ("carved", data.dataset, data.split_random_seed, data.val_fraction, data.test_fraction)
+
+
+def check_split_not_leaked(predictor: Predictor, split: str, allow_leak: bool) -> None:
+    """Refuse ``split`` ``val``/``train`` of an ensemble whose members trained on other splits.
+
+    Raises:
+        ValueError: Naming the safe alternatives, unless ``allow_leak``.
+    """
+    if split not in ("val", "train", "all") or allow_leak:
+        return
+    if not isinstance(predictor, EnsemblePredictor) or predictor.members_share_their_split:
+        return
+    raise ValueError(
+        f"--split {split} of this ensemble is leaked: its members were trained on different "
+        f"splits (cv folds), so the first member's {split!r} images are training images of the "
+        "others, and scores or a threshold tuned on them are optimistic. Use --split test, or "
+        "the out-of-fold scores `skinet cv` writes (<cv folder>/out_of_fold/summary.json); "
+        "--allow-leak scores it anyway"
+    )
+
+
 def describe_threshold(predictor: Predictor, given: float | None) -> str:
     """Where the threshold came from, for the log and the reports."""
     if given is not None:
@@ -180,6 +217,10 @@ def describe_threshold(predictor: Predictor, given: float | None) -> str:
             f"ensemble of {len(predictor.members)} models, threshold {predictor.threshold:.3f} "
             f"= mean of the members' thresholds ({members})"
         )
+    if predictor.calibration is not None:
+        where = predictor.calibration.get("tuned_on", "labelled images")
+        count = predictor.calibration.get("num_images", "?")
+        return f"threshold {predictor.threshold:.3f} (calibrated on {where}, {count} images)"
     if predictor.config.train.optimal_threshold is not None:
         return f"threshold {predictor.threshold:.3f} (fixed by the checkpoint's TRAIN_CONFIG)"
     return f"threshold {predictor.threshold:.3f} (the checkpoint's validation-optimal one)"

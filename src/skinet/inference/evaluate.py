@@ -31,6 +31,7 @@ from skinet.inference.metrics import (
     compute_mask_metrics,
     summarize_metrics,
 )
+from skinet.inference.predict import list_images
 from skinet.inference.predictor import Predictor
 from skinet.inference.surface import (
     SurfaceMetrics,
@@ -132,12 +133,15 @@ def select_samples(
 
 
 def _new_result(
-    pixel_spacing_mm: float | Sequence[float] | None, gallery_size: int, **info: Any
+    pixel_spacing_mm: float | Sequence[float] | None,
+    gallery_size: int,
+    gallery_order: str = "jaccard",
+    **info: Any,
 ) -> EvaluationResult:
     return EvaluationResult(
         info=info,
         spacing_mm=check_spacing(pixel_spacing_mm),
-        gallery=FailureGallery(gallery_size) if gallery_size > 0 else None,
+        gallery=FailureGallery(gallery_size, gallery_order) if gallery_size > 0 else None,
     )
 
 
@@ -147,6 +151,7 @@ def evaluate_predictor(
     progress: bool = True,
     pixel_spacing_mm: float | Sequence[float] | None = None,
     gallery_size: int = 0,
+    gallery_order: str = "jaccard",
 ) -> EvaluationResult:
     """Predict every sample at its original resolution and score it against its mask.
 
@@ -157,10 +162,11 @@ def evaluate_predictor(
         pixel_spacing_mm: Millimetres per pixel (isotropic, or ``(row, column)``) for the
             ``hd95_mm``/``assd_mm`` columns.
         gallery_size: Keep the this many worst images for ``failure_gallery.png`` (0: none).
+        gallery_order: Worst by ``jaccard`` or by ``area_ratio`` (:data:`GALLERY_ORDERS`).
     """
     from rich.progress import MofNCompleteColumn, Progress
 
-    result = _new_result(pixel_spacing_mm, gallery_size)
+    result = _new_result(pixel_spacing_mm, gallery_size, gallery_order)
     batch: list[tuple[Sample, np.ndarray, np.ndarray]] = []
 
     def flush() -> None:
@@ -246,11 +252,35 @@ def index_masks(folder: Path) -> dict[str, Path]:
     return masks
 
 
+def pair_image_folder(images: Path, masks: Path) -> list[Sample]:
+    """Images of ``images`` paired with masks of ``masks`` by image ID (as ``skinet evaluate``).
+
+    An image without a mask is skipped with a warning.
+    """
+    if not images.is_dir():
+        raise FileNotFoundError(f"image folder not found: {images}")
+    by_id = index_masks(masks)
+    samples, unmatched = [], []
+    for path in list_images(images):
+        if path.stem in by_id:
+            samples.append(Sample(path.stem, path, by_id[path.stem]))
+        else:
+            unmatched.append(path.name)
+    if unmatched:
+        log.warning(
+            "%d image(s) without a mask in %s skipped: %s", len(unmatched), masks, unmatched[:5]
+        )
+    if not samples:
+        raise DatasetError(f"no image in {images} has a mask in {masks} (paired by file stem)")
+    return samples
+
+
 def evaluate_mask_folders(
     predictions: Path,
     ground_truth: Path,
     pixel_spacing_mm: float | Sequence[float] | None = None,
     gallery_size: int = 0,
+    gallery_order: str = "jaccard",
 ) -> EvaluationResult:
     """Score predicted masks against ground-truth masks, paired by image ID.
 
@@ -276,6 +306,7 @@ def evaluate_mask_folders(
     result = _new_result(
         pixel_spacing_mm,
         gallery_size,
+        gallery_order,
         predictions=str(predictions),
         ground_truth=str(ground_truth),
     )

@@ -33,9 +33,12 @@ from skinet.data.preprocess import build_preprocessing
 from skinet.inference.checkpoint import SkinetCheckpoint, build_model, load_checkpoint
 from skinet.models import UNet2D
 from skinet.reporting.model_card import (
+    CALIBRATION_HEADING,
     MODEL_CARD_FILE,
     CardInputs,
     build_model_card,
+    calibration_section,
+    checkpoint_card_path,
     invoked_command,
 )
 
@@ -306,18 +309,30 @@ def _load_for_export(
 
 def card_path(output: Path) -> Path:
     """``model.onnx`` -> ``model.onnx.MODEL_CARD.md``."""
-    return output.with_name(output.name + "." + MODEL_CARD_FILE)
+    return checkpoint_card_path(output)
 
 
 def write_export_card(checkpoints: Sequence[SkinetCheckpoint], output: Path) -> Path:
-    """The training run's card for one checkpoint inside its run folder; else a new card."""
+    """For one checkpoint, its own card: the one beside it (a calibrated copy's), else its run
+    folder's; else a new card. A calibrated checkpoint's card always states its calibration."""
     path = card_path(output)
-    run_card = checkpoints[0].path.resolve().parent.parent / MODEL_CARD_FILE
-    if len(checkpoints) == 1 and run_card.is_file():
-        shutil.copyfile(run_card, path)
-        return path
     first = checkpoints[0]
-    inputs = CardInputs(
+    source = first.path.resolve()
+    own = [checkpoint_card_path(source), source.parent.parent / MODEL_CARD_FILE]
+    found = next((card for card in own if card.is_file()), None)
+    if len(checkpoints) == 1 and found is not None:
+        shutil.copyfile(found, path)
+    else:
+        path.write_text(build_model_card(first.config, _export_card_inputs(checkpoints, output)))
+    calibration = first.payload.calibration
+    if len(checkpoints) == 1 and calibration and CALIBRATION_HEADING not in path.read_text():
+        path.write_text(path.read_text().rstrip("\n") + "\n\n" + calibration_section(calibration))
+    return path
+
+
+def _export_card_inputs(checkpoints: Sequence[SkinetCheckpoint], output: Path) -> CardInputs:
+    first = checkpoints[0]
+    return CardInputs(
         run_name=output.stem,
         metrics={"test_threshold_used": statistics.fmean(c.threshold for c in checkpoints)},
         monitor=first.config.sweep.monitor,
@@ -326,5 +341,3 @@ def write_export_card(checkpoints: Sequence[SkinetCheckpoint], output: Path) -> 
         checkpoint=str(first.path) if len(checkpoints) == 1 else None,
         command=invoked_command(),
     )
-    path.write_text(build_model_card(first.config, inputs))
-    return path

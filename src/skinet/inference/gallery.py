@@ -1,4 +1,4 @@
-"""The failure gallery of ``skinet evaluate``: the N images with the lowest Jaccard."""
+"""The failure gallery of ``skinet evaluate``: the N worst images by Jaccard or by area ratio."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from skinet.inference.surface import SurfaceMetrics
 from skinet.plotting import plot_overlay_grid, save_figure
 
 GALLERY_FILE = "failure_gallery.png"
+GALLERY_ORDERS = ("jaccard", "area_ratio")
+"""``jaccard``: lowest first; ``area_ratio``: predicted area farthest from the true area first."""
 THUMBNAIL_SIDE = 320
 """Longest side of a gallery tile in pixels; larger images are shrunk to it while scoring."""
 
@@ -39,20 +41,35 @@ def _thumbnail(array: np.ndarray, interpolation: int) -> np.ndarray:
     return cv2.resize(array, size, interpolation=interpolation)
 
 
+def area_ratio_badness(metrics: MaskMetrics) -> float:
+    """How far the predicted area is from the true one: ``|log(area ratio)|``.
+
+    Over- and under-segmentation by the same factor rank alike; a lesion predicted on an image
+    without one is infinitely bad, and an empty prediction of an empty image is perfect.
+    """
+    if metrics.tp + metrics.fn == 0:
+        return math.inf if metrics.fp else 0.0
+    predicted = metrics.tp + metrics.fp
+    return math.inf if predicted == 0 else abs(math.log(metrics.area_ratio))
+
+
 @dataclass
 class FailureGallery:
-    """Keeps thumbnails of the ``size`` worst images seen so far (lowest Jaccard, then ID).
+    """Keeps thumbnails of the ``size`` worst images seen so far, by ``order``, then ID.
 
-    Only thumbnails are kept, so memory stays at ``size`` tiles whatever the dataset size and
-    image resolution.
+    ``order`` is one of :data:`GALLERY_ORDERS`. Only thumbnails are kept, so memory stays at
+    ``size`` tiles whatever the dataset size and image resolution.
     """
 
     size: int
+    order: str = "jaccard"
     entries: list[GalleryEntry] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.size < 1:
             raise ValueError(f"gallery size must be at least 1, got {self.size}")
+        if self.order not in GALLERY_ORDERS:
+            raise ValueError(f"gallery order must be one of {GALLERY_ORDERS}, got {self.order!r}")
 
     def offer(
         self,
@@ -64,7 +81,7 @@ class FailureGallery:
         image: np.ndarray | None = None,
     ) -> None:
         """Keep this image if it is among the worst so far."""
-        key = (metrics.jaccard, image_id)
+        key = (self._badness(metrics), image_id)
         if len(self.entries) == self.size and key >= self._key(self.entries[-1]):
             return
         entry = GalleryEntry(
@@ -77,9 +94,12 @@ class FailureGallery:
         )
         self.entries = sorted([*self.entries, entry], key=self._key)[: self.size]
 
-    @staticmethod
-    def _key(entry: GalleryEntry) -> tuple[float, str]:
-        return entry.metrics.jaccard, entry.image_id
+    def _badness(self, metrics: MaskMetrics) -> float:
+        """Smaller is worse."""
+        return metrics.jaccard if self.order == "jaccard" else -area_ratio_badness(metrics)
+
+    def _key(self, entry: GalleryEntry) -> tuple[float, str]:
+        return self._badness(entry.metrics), entry.image_id
 
     def write(self, path: Path, threshold: float | None = None) -> Path | None:
         """Draw the tiles (worst first) with their scores to ``path``; ``None`` when empty."""
@@ -91,7 +111,8 @@ class FailureGallery:
             [entry.mask for entry in self.entries],
             [entry.pred for entry in self.entries],
             titles,
-            f"{len(self.entries)} worst images by Jaccard",
+            f"{len(self.entries)} worst images by "
+            + ("Jaccard" if self.order == "jaccard" else "area ratio (predicted / true area)"),
             threshold=threshold,
         )
         return save_figure(figure, path)
@@ -99,7 +120,9 @@ class FailureGallery:
 
 def _title(entry: GalleryEntry) -> str:
     metrics, surface = entry.metrics, entry.surface
-    line = f"J {metrics.jaccard:.3f}  D {metrics.dice:.3f}"
+    ratio = metrics.area_ratio
+    area = "no lesion" if math.isnan(ratio) else f"area {ratio:.2f}x"
+    line = f"J {metrics.jaccard:.3f}  D {metrics.dice:.3f}  {area}"
     if surface is not None:
         if surface.hd95_mm is not None:
             hd95, assd, unit = surface.hd95_mm, surface.assd_mm, "mm"

@@ -5,6 +5,11 @@ is lesion where the mask is non-zero; a ratio whose denominator is zero is 1.0. 
 whose ground truth and prediction are both empty scores Jaccard 1 and Dice 1, and an empty
 ground truth with a non-empty prediction scores 0. Sensitivity of an image without lesion
 pixels is 1.0 (nothing to miss), and specificity of an all-lesion image is 1.0 likewise.
+
+The area ratio (predicted lesion area / true lesion area) shows contour bias, which Jaccard does
+not: above 1 the model draws the lesion too large (a dilated contour, the failure met on another
+clinic's images), below 1 too small. It is undefined (``nan``) for an image without lesion pixels
+and left out of :func:`summarize_metrics`' median.
 """
 
 from __future__ import annotations
@@ -70,9 +75,22 @@ class MaskMetrics:
         """``(tp + tn) / pixels``."""
         return _ratio(self.tp + self.tn, self.tp + self.fp + self.fn + self.tn)
 
+    @property
+    def area_ratio(self) -> float:
+        """``(tp + fp) / (tp + fn)``: predicted over true lesion area; ``nan`` without lesion."""
+        true_area = self.tp + self.fn
+        return (self.tp + self.fp) / true_area if true_area else float("nan")
+
     def as_row(self) -> dict[str, float | int]:
-        """Metrics then counts, as a flat mapping for CSV rows."""
-        return {**{name: getattr(self, name) for name in METRIC_NAMES}, **asdict(self)}
+        """Metrics, the area ratio, then counts, as a flat mapping for CSV rows."""
+        metrics = {name: getattr(self, name) for name in METRIC_NAMES}
+        return {**metrics, "area_ratio": self.area_ratio, **asdict(self)}
+
+
+def median_area_ratio(metrics: Sequence[MaskMetrics]) -> float:
+    """Median :attr:`MaskMetrics.area_ratio` over the images with lesion pixels (``nan``: none)."""
+    ratios = [m.area_ratio for m in metrics if m.tp + m.fn > 0]
+    return float(np.median(ratios)) if ratios else float("nan")
 
 
 def compute_mask_metrics(pred: np.ndarray, target: np.ndarray) -> MaskMetrics:
@@ -96,7 +114,8 @@ def compute_mask_metrics(pred: np.ndarray, target: np.ndarray) -> MaskMetrics:
 def summarize_metrics(metrics: Sequence[MaskMetrics]) -> dict[str, float | int]:
     """Means over images of every metric (ISIC 2017 ranks by ``mean_jaccard``), plus extras.
 
-    ``median_jaccard`` and ``std_jaccard`` describe the spread; ``pooled_dice`` and
+    ``median_jaccard`` and ``std_jaccard`` describe the spread; ``median_area_ratio`` the contour
+    bias (:func:`median_area_ratio`); ``pooled_dice`` and
     ``pooled_jaccard`` sum the counts over all images first (dataset-level, as training's
     ``val_best_dice_at_threshold``).
     """
@@ -109,6 +128,7 @@ def summarize_metrics(metrics: Sequence[MaskMetrics]) -> dict[str, float | int]:
     summary["median_jaccard"] = float(np.median(jaccards))
     summary["std_jaccard"] = float(jaccards.std())
     summary["fraction_below_cutoff"] = float(np.mean(jaccards < ISIC2018_JACCARD_CUTOFF))
+    summary["median_area_ratio"] = median_area_ratio(metrics)
     pooled = MaskMetrics(*(sum(getattr(m, k) for m in metrics) for k in ("tp", "fp", "fn", "tn")))
     summary["pooled_dice"] = pooled.dice
     summary["pooled_jaccard"] = pooled.jaccard

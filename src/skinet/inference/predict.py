@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 
 from skinet.data.io import DecodeError, read_image
-from skinet.data.layouts import is_image
+from skinet.data.layouts import IMAGE_SUFFIXES, is_image
 from skinet.data.preprocess import Placement
 from skinet.inference.predictor import Predictor
 
@@ -43,12 +43,37 @@ class PredictReport:
 
 
 def list_images(input_path: Path) -> list[Path]:
-    """``input_path`` itself if it is a file, else the images directly inside the folder."""
+    """``input_path`` itself if it is an image file, else the images directly inside the folder.
+
+    Raises:
+        FileNotFoundError: ``input_path`` does not exist, or is a file that is not an image.
+    """
     if input_path.is_file():
+        if not is_image(input_path):
+            raise FileNotFoundError(
+                f"{input_path} is not an image ({', '.join(IMAGE_SUFFIXES)}): give an image "
+                "file or a folder of them"
+            )
         return [input_path]
     if not input_path.is_dir():
         raise FileNotFoundError(f"input not found: {input_path}")
     return sorted(path for path in input_path.iterdir() if is_image(path))
+
+
+def check_unique_stems(paths: Sequence[Path]) -> None:
+    """Refuse inputs whose outputs would overwrite each other (``a.jpg`` and ``a.png``).
+
+    Raises:
+        ValueError: Naming both inputs of the first clash, before anything is written.
+    """
+    seen: dict[str, Path] = {}
+    for path in paths:
+        if path.stem in seen:
+            raise ValueError(
+                f"{seen[path.stem]} and {path} would both write {path.stem}_mask.png: rename one "
+                "or predict them into separate --output folders (nothing was written)"
+            )
+        seen[path.stem] = path
 
 
 def draw_overlay(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -194,6 +219,7 @@ def predict_paths(
 
     if io_workers < 0:
         raise ValueError(f"io_workers must be >= 0, got {io_workers}")
+    check_unique_stems(paths)
     output_dir.mkdir(parents=True, exist_ok=True)
     report = PredictReport()
     outputs = _Outputs(predictor, output_dir, save_proba, save_overlay)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -96,6 +97,8 @@ class Predictor:
         self.normalizer: Normalizer = build_normalizer(config)
         # Any user's files at any size: decoded in full, as the export sidecar describes.
         self.preprocessing: Preprocessing = build_preprocessing(config).with_full_decode()
+        # Where a calibrated checkpoint's threshold was tuned (skinet.inference.calibration).
+        self.calibration: dict[str, Any] | None = None
         self.channels_last = uses_channels_last(
             config.train.channels_last, config.model.norm, self.device.type
         )
@@ -117,12 +120,15 @@ class Predictor:
         Args:
             path: A ``.ckpt`` written by ``skinet train``.
             device: Where the model runs.
-            threshold: Overrides the checkpoint's ``val_optimal_threshold``.
+            threshold: Overrides the checkpoint's threshold (its calibrated one, else its
+                validation-optimal one).
             kwargs: ``tta``, ``keep_largest``, ``fill_holes``, ``batch_size``.
         """
         checkpoint = load_checkpoint(path)
         chosen = checkpoint.threshold if threshold is None else threshold
-        return cls(build_model(checkpoint), checkpoint.config, chosen, device, **kwargs)  # type: ignore[arg-type]
+        predictor = cls(build_model(checkpoint), checkpoint.config, chosen, device, **kwargs)  # type: ignore[arg-type]
+        predictor.calibration = checkpoint.payload.calibration
+        return predictor
 
     def preprocess(self, image: np.ndarray) -> np.ndarray:
         """uint8 RGB ``(H, W, 3)`` -> normalised float32 ``(3, S, S)`` at ``image_size``."""

@@ -22,13 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from skinet.data.errors import DatasetError
 from skinet.data.io import DecodeError, read_image, read_mask
 from skinet.data.layouts import Sample
 from skinet.data.shifts import SHIFTS, Shift, apply_shift, shift_rng
-from skinet.inference.evaluate import index_masks
 from skinet.inference.metrics import MaskMetrics, compute_mask_metrics, summarize_metrics
-from skinet.inference.predict import list_images
 from skinet.inference.predictor import Predictor
 
 log = logging.getLogger(__name__)
@@ -76,7 +73,12 @@ class RobustnessResult:
                     "drop": clean - mean,
                     **{
                         key: summary.get(key, float("nan"))
-                        for key in ("mean_dice", "mean_sensitivity", "mean_specificity")
+                        for key in (
+                            "mean_dice",
+                            "mean_sensitivity",
+                            "mean_specificity",
+                            "median_area_ratio",
+                        )
                     },
                 }
             )
@@ -110,29 +112,6 @@ class RobustnessResult:
     def exit_code(self) -> int:
         """0 when every image was scored under every condition, 1 otherwise."""
         return 1 if self.failures else 0
-
-
-def pair_image_folder(images: Path, masks: Path) -> list[Sample]:
-    """Images of ``images`` paired with masks of ``masks`` by image ID (as ``skinet evaluate``).
-
-    An image without a mask is skipped with a warning.
-    """
-    if not images.is_dir():
-        raise FileNotFoundError(f"image folder not found: {images}")
-    by_id = index_masks(masks)
-    samples, unmatched = [], []
-    for path in list_images(images):
-        if path.stem in by_id:
-            samples.append(Sample(path.stem, path, by_id[path.stem]))
-        else:
-            unmatched.append(path.name)
-    if unmatched:
-        log.warning(
-            "%d image(s) without a mask in %s skipped: %s", len(unmatched), masks, unmatched[:5]
-        )
-    if not samples:
-        raise DatasetError(f"no image in {images} has a mask in {masks} (paired by file stem)")
-    return samples
 
 
 def evaluate_under_shifts(
@@ -283,11 +262,20 @@ def print_robustness_table(result: RobustnessResult) -> None:
 
     summary = result.summary
     table = Table(title=f"Jaccard under device shifts ({summary['num_images']} images)")
-    for column in ("condition", "strength", "mean Jaccard", "drop"):
+    columns = ("condition", "strength", "mean Jaccard", "drop", "sens.", "spec.", "area ratio")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("condition", "strength") else "right")
     for row in result.rows():
         drop = "" if row["condition"] == CLEAN else f"{row['drop']:+.4f}"
-        table.add_row(row["condition"], row["description"], f"{row['mean_jaccard']:.4f}", drop)
+        table.add_row(
+            row["condition"],
+            row["description"],
+            f"{row['mean_jaccard']:.4f}",
+            drop,
+            f"{row['mean_sensitivity']:.3f}",
+            f"{row['mean_specificity']:.3f}",
+            f"{row['median_area_ratio']:.2f}",
+        )
     if summary["mean_shifted_jaccard"] is not None:
         table.add_row(
             "mean over shifts",
@@ -296,4 +284,5 @@ def print_robustness_table(result: RobustnessResult) -> None:
             f"{summary['mean_drop']:+.4f}",
             style="bold",
         )
+    table.caption = "area ratio: median predicted / true lesion area (> 1: contour drawn too large)"
     Console().print(table)

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -46,6 +47,38 @@ class CardInputs:
     checkpoint: str | None = None
     members: list[str] = field(default_factory=list)
     """Checkpoints of an ensemble (empty for one model)."""
+    init_from: Mapping[str, str | None] | None = None
+    """The checkpoint a fine-tuned model started from (``checkpoint``, ``sha256``,
+    ``mlflow_run_id``, ``experiment_name``); ``None`` when trained from scratch."""
+
+
+CALIBRATION_HEADING = "## Calibration"
+
+
+def checkpoint_card_path(path: Path) -> Path:
+    """The card written beside a file: ``model.onnx`` -> ``model.onnx.MODEL_CARD.md``."""
+    return path.with_name(path.name + "." + MODEL_CARD_FILE)
+
+
+def calibration_section(calibration: Mapping[str, Any]) -> str:
+    """The card's section on a threshold tuned on one's own images (``skinet evaluate``)."""
+    dice = calibration.get("pooled_dice")
+    dice_text = "" if dice is None else f", pooled Dice {dice:.4f} there"
+    return "\n".join(
+        [
+            CALIBRATION_HEADING,
+            "",
+            f"- Threshold **{calibration['threshold']:.2f}**, tuned by `skinet evaluate "
+            f"--tune-threshold` on `{calibration.get('tuned_on', 'n/a')}` "
+            f"({calibration.get('num_images', 'n/a')} images{dice_text}), "
+            f"{calibration.get('created', '')}.",
+            f"- Calibrated from `{calibration.get('source_checkpoint', 'n/a')}`, whose own "
+            f"threshold is {_figure(calibration.get('source_threshold'))}; the weights are "
+            "unchanged.",
+            "- Scores on the images the threshold was tuned on are optimistic: check it with "
+            "`skinet evaluate` on other labelled images of the same clinic.",
+        ]
+    )
 
 
 def invoked_command() -> str:
@@ -68,6 +101,25 @@ def _metrics_table(metrics: Mapping[str, float], monitor: str) -> list[str]:
             label = f"{name} (best epoch)" if name == monitor else name
             rows.append(f"| {label} | {_figure(metrics[name])} |")
     return rows
+
+
+def _lineage_lines(init_from: Mapping[str, str | None] | None) -> list[str]:
+    if not init_from:
+        return []
+    run = f", MLflow run `{init_from['mlflow_run_id']}`" if init_from.get("mlflow_run_id") else ""
+    sha = init_from.get("sha256") or ""
+    return [
+        f"- Fine-tuned from `{init_from['checkpoint']}` (experiment "
+        f"`{init_from.get('experiment_name')}`{run}; SHA-256 `{sha[:16]}`) with a fresh "
+        "optimizer and schedule.",
+    ]
+
+
+def _validation_label(metrics: Mapping[str, float]) -> str:
+    epoch = metrics.get("best_epoch")
+    if epoch is None:
+        return "Validation metrics of the last epoch (no best checkpoint was kept)"
+    return f"Validation metrics of the best checkpoint (epoch {int(epoch)}, 0-based)"
 
 
 def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
@@ -104,6 +156,7 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
     if inputs.members:
         lines.append(f"- Ensemble of {len(inputs.members)} models (mean of probabilities):")
         lines += [f"  - `{member}`" for member in inputs.members]
+    lines += _lineage_lines(inputs.init_from)
     if inputs.checkpoint:
         lines.append(f"- Checkpoint: `{inputs.checkpoint}`")
     if inputs.mlflow_run_id:
@@ -146,8 +199,7 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         "",
         "## Evaluation",
         "",
-        f"Validation metrics of the best checkpoint and test metrics at threshold "
-        f"{_figure(threshold)}:",
+        f"{_validation_label(metrics)} and test metrics at threshold {_figure(threshold)}:",
         "",
         *_metrics_table(metrics, inputs.monitor),
         "",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,8 +25,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def write_run_records(cfg: ExperimentConfig, result: RunResult, loaders: DataLoaders) -> Path:
+def write_run_records(
+    cfg: ExperimentConfig,
+    result: RunResult,
+    loaders: DataLoaders,
+    init_from: Mapping[str, str | None] | None = None,
+) -> Path:
     """Write ``splits.csv`` and ``MODEL_CARD.md`` into the run folder and log both to MLflow.
+
+    ``init_from``: a fine-tuned run's source (``InitLineage.as_card()``).
 
     Returns the card's path.
     """
@@ -43,6 +51,7 @@ def write_run_records(cfg: ExperimentConfig, result: RunResult, loaders: DataLoa
         mlflow_run_id=result.mlflow_run_id,
         command=invoked_command(),
         checkpoint=str(result.best_checkpoint) if result.best_checkpoint else None,
+        init_from=init_from,
     )
     card_path = result.run_dir / MODEL_CARD_FILE
     card_path.write_text(build_model_card(cfg, inputs))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from skinet.config.arguments import add_config_arguments, load_config_from_args
@@ -14,6 +15,8 @@ def _run_train(args: argparse.Namespace) -> int:
     from skinet.reporting import print_run_summary
     from skinet.training.run import run_training
 
+    if args.init_from is not None:
+        args.set = [*(args.set or []), f"TRAIN_CONFIG.init_checkpoint={json.dumps(args.init_from)}"]
     cfg = load_config_from_args(args)
     result = run_training(cfg, visualize=not args.no_visualize, resume=args.resume)
     print_run_summary(cfg, result)
@@ -26,6 +29,12 @@ def add_training_subcommands(subparsers: Any) -> None:
     add_config_arguments(train)
     train.add_argument(
         "--resume", metavar="PATH|last", help="continue from a checkpoint, or the newest last.ckpt"
+    )
+    train.add_argument(
+        "--init-from",
+        metavar="CKPT",
+        help="fine-tune: a new run starting from this checkpoint's weights, with a fresh "
+        "optimizer and schedule (TRAIN_CONFIG.init_checkpoint)",
     )
     train.add_argument(
         "--no-visualize", action="store_true", help="skip the augmented-samples grid"

@@ -5,21 +5,24 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 
 from skinet.allocator import malloc_tuning, untuned_hint
 from skinet.callbacks import SkiNetMLFlowLogger, setup_logging_and_callbacks
+from skinet.callbacks.epoch_history import EpochMetricsHistory
 from skinet.callbacks.resume import ResumeStateCallback
 from skinet.checkpoint_format import CHECKPOINT_KEY, CheckpointPayload
-from skinet.config import ExperimentConfig
+from skinet.config import ExperimentConfig, parse_config
 from skinet.data import build_dataloaders, visualize_augmented_data
 from skinet.inference.checkpoint import CheckpointError, read_checkpoint_file
 from skinet.reporting.run_records import write_run_records
@@ -29,8 +32,10 @@ from skinet.tracking import (
     resolve_tracking_uri,
 )
 from skinet.tracking.runs import finish_run, set_tags
+from skinet.training.init_from import load_init_weights, read_init_source
 from skinet.training.lightning_model import LightningModel, check_attention_upsample
 from skinet.training.reproducibility import configure_reproducibility
+from skinet.training.resume_changes import refusal_message, refused_changes
 from skinet.training.signals import RunInterrupted, stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -102,7 +107,11 @@ def _check_resume(checkpoint_path: Path, max_epochs: int, run_dir: Path) -> dict
     try:
         checkpoint = read_checkpoint_file(checkpoint_path)
     except CheckpointError as error:
-        raise ResumeError(f"--resume: {error}") from None
+        others = sorted(
+            p for p in checkpoint_path.parent.glob("*.ckpt") if p.name != checkpoint_path.name
+        )
+        hint = f" Checkpoints beside it: {', '.join(p.name for p in others)}." if others else ""
+        raise ResumeError(f"--resume: {error}{hint}") from None
     done = int(checkpoint.get("epoch", -1)) + 1
     if done >= max_epochs:
         if not (run_dir / METRICS_FILE).is_file():
@@ -120,6 +129,32 @@ def _check_resume(checkpoint_path: Path, max_epochs: int, run_dir: Path) -> dict
         )
     log.info("resuming run %s from %s (%d epoch(s) done)", run_dir.name, checkpoint_path, done)
     return checkpoint
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """Say why ``TRAIN_CONFIG.output_dir`` cannot hold runs, before anything starts.
+
+    The folder itself, or the nearest existing folder above it, is probed with a temporary
+    folder that is removed at once: nothing is left behind.
+
+    Raises:
+        ValueError: It is a file, or it cannot be created or written to.
+    """
+    where = f"TRAIN_CONFIG.output_dir {output_dir}"
+    existing = output_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is a file" if existing == output_dir else f"is inside the file {existing}"
+        raise ValueError(f"{where} {what}, not a folder: give a folder for the run folders")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".skinet-write-check-"))
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ValueError(
+            f"{where} cannot be written to ({reason}): give a folder you can write to, e.g. "
+            "--set TRAIN_CONFIG.output_dir=runs"
+        ) from None
 
 
 def is_launch_rank_zero() -> bool:
@@ -212,8 +247,11 @@ def run_training(
         The run's outputs; ``metrics`` holds the monitored metric at its best epoch (under its
         own name), the last epoch's other validation metrics and every ``test_*`` metric.
     """
+    cfg, init_source = read_init_source(cfg)
     train_cfg = cfg.train
     rank_zero = is_launch_rank_zero()
+    if rank_zero:
+        check_output_dir(Path(train_cfg.output_dir))
     if rank_zero:
         log.debug("allocator: %s", malloc_tuning())
         if (hint := untuned_hint()) is not None:
@@ -242,13 +280,19 @@ def run_training(
             _check_resume(resume_path, train_cfg.max_epochs, run_dir), str(resume_path)
         )
         check_attention_upsample(payload, cfg)  # before any run or folder is made
+        source = f"{resume_path} (checkpoint config)"
+        saved = parse_config(payload.config, source, check_transforms=False)
+        changes = refused_changes(saved, cfg)
+        if changes:
+            raise ResumeError(refusal_message(str(resume_path), changes))
         resume_run_id = payload.mlflow_run_id
 
     # Bad data and an unreachable tracking server both fail before any run folder or MLflow
     # run is made, so a failed start leaves nothing half-made behind.
     loaders = build_dataloaders(cfg, world_size=train_cfg.world_size)
+    lineage = init_source.lineage if init_source is not None else None
     loggers, callbacks = setup_logging_and_callbacks(
-        cfg, run_dir, run_name, parent_run_id, resume_run_id
+        cfg, run_dir, run_name, parent_run_id, resume_run_id, lineage.tags() if lineage else None
     )
     if rank_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -258,6 +302,10 @@ def run_training(
         visualize_augmented_data(loaders.train_dataset, run_dir / "augmented_samples.png")
 
     model = LightningModel(cfg.to_yaml_dict())
+    history = EpochMetricsHistory()
+    callbacks.append(history)
+    if init_source is not None and resume_path is None:  # a resumed run has its own weights
+        load_init_weights(model.model, init_source.state_dict, init_source.lineage.checkpoint)
     callbacks.append(ResumeStateCallback(cfg, loaders.train_dataset))
     held_open = [lg for lg in loggers if isinstance(lg, SkiNetMLFlowLogger)]
     for logger in held_open:
@@ -268,13 +316,11 @@ def run_training(
     try:
         with stop_on_signals():
             trainer.fit(model, loaders.train, loaders.val, ckpt_path=resume_path)
-            fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
             checkpoint = next(
                 (c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor), None
             )
             best_path = checkpoint.best_model_path if checkpoint is not None else ""
-            if checkpoint is not None and checkpoint.best_model_score is not None:
-                fit_metrics[cfg.sweep.monitor] = float(checkpoint.best_model_score)
+            fit_metrics = best_epoch_metrics(trainer, history, best_path)
             test_metrics: dict[str, float] = {}
             if loaders.test is not None:
                 results = trainer.test(
@@ -299,7 +345,8 @@ def run_training(
             if trainer.is_global_zero:
                 summary = {**asdict(result), "monitor": cfg.sweep.monitor}
                 (run_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=str))
-                write_run_records(cfg, result, loaders)  # splits.csv and MODEL_CARD.md
+                # splits.csv and MODEL_CARD.md
+                write_run_records(cfg, result, loaders, lineage.as_card() if lineage else None)
             for logger in held_open:
                 logger.keep_open = False
                 logger.finalize("success")
@@ -308,6 +355,25 @@ def run_training(
         raise
     log.debug("run %s finished: %s", run_name, json.dumps(result.metrics))
     return result
+
+
+def best_epoch_metrics(
+    trainer: L.Trainer, history: EpochMetricsHistory, best_path: str
+) -> dict[str, float]:
+    """The best checkpoint's own epoch metrics, with ``best_epoch`` (0-based).
+
+    Without a best checkpoint (checkpointing off), or for an epoch the history does not hold,
+    the last epoch's metrics, with ``best_epoch`` absent.
+    """
+    last = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if not best_path:
+        return last
+    epoch = int(torch.load(best_path, map_location="cpu", weights_only=True)["epoch"])
+    if epoch not in history.history:
+        log.warning("no recorded metrics for the best epoch %d; reporting the last epoch's", epoch)
+        return last
+    best = {k: v for k, v in last.items() if not k.startswith(("val_", "train_"))}
+    return {**best, **history.history[epoch], "best_epoch": float(epoch)}
 
 
 def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException) -> None:

@@ -1,0 +1,184 @@
+"""Fine-tuning: a new run whose weights start from a trained checkpoint (``--init-from``).
+
+``TRAIN_CONFIG.init_checkpoint`` (``skinet train --init-from CKPT``) starts a new run, with a
+fresh optimizer, schedule and epoch count, from the weights of ``CKPT``. The model and its
+preprocessing are the checkpoint's, except for the ``MODEL_CONFIG`` fields and the
+preprocessing fields of ``DATA_CONFIG`` (:data:`PREPROCESSING_FIELDS`) that the config sets
+itself; the log says which ones it took and which the config overrides. The weights load with
+a strict shape check that names the first layer that does not fit. The source checkpoint and
+its MLflow run go to the new run's MLflow tags and model card (:class:`InitLineage`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import Tensor, nn
+
+from skinet.checkpoint_format import CheckpointError
+from skinet.config import ExperimentConfig, parse_config
+from skinet.inference.checkpoint import SkinetCheckpoint, load_checkpoint
+from skinet.models import UNet2D
+
+log = logging.getLogger(__name__)
+
+PREPROCESSING_FIELDS = (
+    "image_size",
+    "resize_mode",
+    "crop_dark_border",
+    "color_constancy",
+    "pad_value",
+    "reduced_jpeg_decode",
+    "normalization_mode",
+    "mean",
+    "std",
+)
+"""``DATA_CONFIG`` fields that decide what the model sees: inherited from the source."""
+
+
+class InitCheckpointError(ValueError):
+    """``TRAIN_CONFIG.init_checkpoint`` is unreadable or its weights do not fit the model."""
+
+
+@dataclass(frozen=True)
+class InitLineage:
+    """Where a fine-tuned run's weights came from (MLflow tags and the model card)."""
+
+    checkpoint: str
+    sha256: str
+    mlflow_run_id: str | None
+    experiment_name: str
+
+    def as_card(self) -> dict[str, str | None]:
+        """What the model card states (:func:`skinet.reporting.model_card.build_model_card`)."""
+        return {
+            "checkpoint": self.checkpoint,
+            "sha256": self.sha256,
+            "mlflow_run_id": self.mlflow_run_id,
+            "experiment_name": self.experiment_name,
+        }
+
+    def tags(self) -> dict[str, str]:
+        """The MLflow tags of the new run."""
+        tags = {"skinet.init_from": self.checkpoint, "skinet.init_from_sha256": self.sha256}
+        if self.mlflow_run_id:
+            tags["skinet.init_from_run_id"] = self.mlflow_run_id
+        return tags
+
+
+@dataclass(frozen=True)
+class InitSource:
+    """The checkpoint a run starts from: its weights and its lineage."""
+
+    state_dict: dict[str, Tensor]
+    lineage: InitLineage
+
+
+def read_init_source(cfg: ExperimentConfig) -> tuple[ExperimentConfig, InitSource | None]:
+    """``cfg`` with the source's model and preprocessing where it sets none, and the source.
+
+    Returns ``(cfg, None)`` when ``TRAIN_CONFIG.init_checkpoint`` is not set.
+
+    Raises:
+        InitCheckpointError: The checkpoint is missing or not a SkiNet checkpoint.
+    """
+    path = cfg.train.init_checkpoint
+    if path is None:
+        return cfg, None
+    try:
+        source = load_checkpoint(path)
+    except (FileNotFoundError, CheckpointError) as error:
+        raise InitCheckpointError(f"TRAIN_CONFIG.init_checkpoint: {error}") from None
+    merged = _inherit(cfg, source)
+    # The shapes are checked now, before any run folder or MLflow run exists.
+    load_init_weights(UNet2D(**merged.model.model_dump()), source.state_dict, str(path))
+    lineage = InitLineage(
+        checkpoint=str(Path(path).resolve()),
+        sha256=_sha256(Path(path)),
+        mlflow_run_id=source.payload.mlflow_run_id,
+        experiment_name=source.config.train.experiment_name,
+    )
+    log.info(
+        "fine-tuning from %s: its weights, a fresh optimizer and schedule (lr %g, %d epoch(s))",
+        path,
+        merged.train.lr,
+        merged.train.max_epochs,
+    )
+    return merged, InitSource(source.state_dict, lineage)
+
+
+def _inherit(cfg: ExperimentConfig, source: SkinetCheckpoint) -> ExperimentConfig:
+    """Take every model field and preprocessing field that ``cfg`` does not set from ``source``."""
+    raw = cfg.to_yaml_dict()
+    theirs = source.config.to_yaml_dict()
+    inherited, overridden = [], []
+    sections = (
+        ("MODEL_CONFIG", cfg.model.model_fields_set, tuple(type(cfg.model).model_fields)),
+        ("DATA_CONFIG", cfg.data.model_fields_set, PREPROCESSING_FIELDS),
+    )
+    for section, fields_set, names in sections:
+        for name in names:
+            ours, source_value = raw[section][name], theirs[section][name]
+            if name not in fields_set:
+                raw[section][name] = source_value
+                if ours != source_value:
+                    inherited.append(f"{section}.{name}={source_value}")
+            elif ours != source_value:
+                overridden.append(f"{section}.{name}: {source_value} -> {ours}")
+    if inherited:
+        log.info("from the source checkpoint: %s", ", ".join(inherited))
+    if overridden:
+        log.warning(
+            "the config overrides the source checkpoint's %s",
+            "; ".join(overridden),
+        )
+    else:
+        log.info("model and preprocessing are the source checkpoint's")
+    return parse_config(raw, f"{cfg.train.init_checkpoint} + config", check_transforms=False)
+
+
+def load_init_weights(model: nn.Module, state_dict: dict[str, Tensor], source: str) -> None:
+    """Load ``state_dict`` into ``model`` (a UNet2D) strictly.
+
+    Raises:
+        InitCheckpointError: Naming the first layer whose shape differs, or the first weight
+            that one side has and the other lacks, and the fields that decide it.
+    """
+    model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper holds the UNet2D
+    own = model.state_dict()
+    for name, tensor in own.items():
+        if name not in state_dict:
+            raise InitCheckpointError(
+                f"{source} has no weight {name!r} that this model has: it was trained with "
+                f"another MODEL_CONFIG ({_hint()})"
+            )
+        if tuple(state_dict[name].shape) != tuple(tensor.shape):
+            raise InitCheckpointError(
+                f"{source}: layer {name!r} has shape {tuple(state_dict[name].shape)} in the "
+                f"checkpoint but {tuple(tensor.shape)} in this model ({_hint()})"
+            )
+    extra = [name for name in state_dict if name not in own]
+    if extra:
+        raise InitCheckpointError(
+            f"{source} has weight {extra[0]!r} that this model lacks ({len(extra)} in all): it "
+            f"was trained with another MODEL_CONFIG ({_hint()})"
+        )
+    model.load_state_dict(state_dict, strict=True)
+
+
+def _hint() -> str:
+    return (
+        "remove the MODEL_CONFIG fields the config sets, so that the checkpoint's are used, "
+        "or start without --init-from"
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,98 @@
+"""``skinet train --init-from``: fine-tuning from a checkpoint, checked, logged and recorded."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from tests.conftest import tiny_raw_config
+
+from skinet.cli import main
+from skinet.config import parse_config
+from skinet.inference.checkpoint import load_checkpoint
+
+
+@pytest.fixture(scope="module")
+def source_checkpoint(tmp_path_factory: pytest.TempPathFactory, synthetic_root: Path) -> Path:
+    """A tiny model (8 channels, 3 levels, 32 px, instance norm) trained for one epoch."""
+    from skinet.training.run import run_training
+
+    tmp = tmp_path_factory.mktemp("source")
+    raw = tiny_raw_config(tmp, synthetic_root)
+    raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False, experiment_name="source")
+    raw["MODEL_CONFIG"]["norm"] = "instance"
+    raw["DATA_CONFIG"]["crop_dark_border"] = True
+    result = run_training(parse_config(raw), visualize=False)
+    assert result.best_checkpoint is not None
+    return result.best_checkpoint
+
+
+def _fine_tune_config(tmp_path: Path, synthetic_root: Path, **train: Any) -> Path:
+    """A config that names no model and no preprocessing: both come from the source."""
+    raw = tiny_raw_config(tmp_path, synthetic_root)
+    del raw["MODEL_CONFIG"]
+    raw["DATA_CONFIG"] = {"dataset": "isic2017", "data_dir": str(synthetic_root)}
+    raw["TRAIN_CONFIG"].update(experiment_name="clinic", **train)
+    path = tmp_path / "clinic.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_init_from_refuses_a_checkpoint_of_another_width_and_names_the_layer(
+    tmp_path: Path, synthetic_root: Path, source_checkpoint: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _fine_tune_config(tmp_path, synthetic_root, use_mlflow_logger=False)
+    code = main(
+        ["train", "--config", str(config), "--init-from", str(source_checkpoint)]
+        + ["--set", "MODEL_CONFIG.out_channels_layer1=16", "--no-visualize"]
+    )
+    assert code == 1
+    assert "layer 'encoder.0." in caplog.text and "(8, 3, 3, 3)" in caplog.text
+    assert "(16, 3, 3, 3)" in caplog.text and "MODEL_CONFIG" in caplog.text
+    assert not (tmp_path / "runs").exists()  # refused before any run folder was made
+    caplog.clear()
+    missing = tmp_path / "nope.ckpt"
+    assert main(["train", "--config", str(config), "--init-from", str(missing)]) == 1
+    assert f"TRAIN_CONFIG.init_checkpoint: checkpoint not found: {missing}" in caplog.text
+
+
+def test_fine_tuning_starts_from_the_weights_keeps_preprocessing_and_records_lineage(
+    tmp_path: Path, synthetic_root: Path, source_checkpoint: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    # An lr so small that one epoch leaves the weights as loaded.
+    config = _fine_tune_config(tmp_path, synthetic_root, lr=1e-12, max_epochs=1)
+    caplog.set_level(logging.INFO)
+    code = main(
+        ["train", "--config", str(config), "--init-from", str(source_checkpoint)]
+        + ["--no-visualize"]
+    )
+    assert code == 0
+    assert "from the source checkpoint: MODEL_CONFIG.out_channels_layer1=8" in caplog.text
+    assert "DATA_CONFIG.crop_dark_border=True" in caplog.text
+    assert "a fresh optimizer and schedule (lr 1e-12, 1 epoch(s))" in caplog.text
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir() and "clinic" in p.name]
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["MODEL_CONFIG"]["out_channels_layer1"] == 8
+    assert saved["MODEL_CONFIG"]["norm"] == "instance"
+    assert saved["DATA_CONFIG"]["crop_dark_border"] is True
+    assert saved["TRAIN_CONFIG"]["init_checkpoint"] == str(source_checkpoint)
+    (tuned,) = (run_dir / "checkpoints").glob("best-*.ckpt")
+    before, after = load_checkpoint(source_checkpoint), load_checkpoint(tuned)
+    for name, weight in before.state_dict.items():
+        torch.testing.assert_close(after.state_dict[name], weight, rtol=0, atol=1e-6)
+    raw = torch.load(tuned, weights_only=True)
+    assert raw["epoch"] == 0 and raw["global_step"] > 0  # a new run, not a continuation
+    card = (run_dir / "MODEL_CARD.md").read_text()
+    assert f"Fine-tuned from `{source_checkpoint.resolve()}`" in card
+    store = f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"
+    (run,) = MlflowClient(store).search_runs(
+        [MlflowClient(store).get_experiment_by_name("clinic").experiment_id]
+    )
+    assert run.data.tags["skinet.init_from"] == str(source_checkpoint.resolve())
+    assert len(run.data.tags["skinet.init_from_sha256"]) == 64
