@@ -84,7 +84,7 @@ def fit_rate(
     if done.returncode != 0:
         raise SystemExit(f"skinet train failed ({done.returncode}):\n{done.stdout[-3000:]}")
     client = MlflowClient(f"sqlite:///{runs / 'mlflow.db'}")
-    (experiment,) = client.search_experiments()
+    (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
     (run,) = client.search_runs([experiment.experiment_id])
     history = client.get_metric_history(run.info.run_id, "perf/samples_per_sec")
     steps_per_epoch = len(history) // epochs

@@ -1,9 +1,10 @@
 """Every epoch's validation metrics, kept so a run reports its best checkpoint's own figures.
 
 ``trainer.callback_metrics`` after ``fit`` holds the last epoch's values; the best checkpoint
-is often an earlier epoch. :class:`EpochMetricsHistory` records the metrics of each validated
-epoch (``val_*`` and the epoch's ``train_*``), and saves them in every checkpoint, so a resumed
-run still knows the epochs trained before the resume.
+is often an earlier epoch. :class:`EpochMetricsHistory` records the validation metrics
+(``val_*``) of each validated epoch when its validation ends, and saves them in every checkpoint
+(which is written after it, at the same hook), so a resumed run still knows the epochs trained
+before the resume.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from lightning.pytorch.callbacks import Callback
 
 
 class EpochMetricsHistory(Callback):
-    """``history[epoch]``: the logged epoch metrics of each validated epoch (0-based)."""
+    """``history[epoch]``: the ``val_*`` metrics of each validated epoch (0-based)."""
 
     def __init__(self) -> None:
         self.history: dict[int, dict[str, float]] = {}
@@ -26,7 +27,7 @@ class EpochMetricsHistory(Callback):
         self.history[trainer.current_epoch] = {
             name: float(value)
             for name, value in trainer.callback_metrics.items()
-            if name.startswith(("val_", "train_"))
+            if name.startswith("val_")
         }
 
     def state_dict(self) -> dict[str, Any]:

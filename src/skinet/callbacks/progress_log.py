@@ -18,6 +18,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback, Timer
 
+from skinet.callbacks.throughput import batch_size_of
 from skinet.keys import MetricsKey
 
 log = logging.getLogger("skinet.progress")
@@ -72,7 +73,7 @@ class ProgressLogCallback(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        self._images += _batch_size(batch)
+        self._images += batch_size_of(batch)
         now = time.monotonic()
         if not self.active or not trainer.is_global_zero or now - self._last_line < self.interval_s:
             return
@@ -116,12 +117,6 @@ class ProgressLogCallback(Callback):
             _left(trainer),
         )
         self._last_line = now
-
-
-def _batch_size(batch: Any) -> int:
-    first = batch[0] if isinstance(batch, (list, tuple)) else batch
-    shape = getattr(first, "shape", None)
-    return int(shape[0]) if shape else 0
 
 
 def _finite(value: Any) -> bool:

@@ -145,7 +145,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     tuned_on = None
     if args.tune_threshold:
         tuned = _tune_threshold(predictor, main_samples, main_name, args)
-        tuned_on = str(args.images) if args.images is not None else args.split
+        tuned_on = _tuning_set(args) or args.split
         if args.save_calibrated is not None:
             _save_calibrated(args, predictor, tuned, main_name)
     codes, summaries = [], {}
@@ -298,13 +298,22 @@ def _tune_threshold(
     return tuned
 
 
+def _tuning_set(args: argparse.Namespace) -> str | None:
+    """The image folder the threshold is tuned on (``None``: a split of ``--data``)."""
+    if args.images is not None:
+        return str(args.images.resolve())
+    if args.split == "none":  # the first external set
+        return str(args.external[0].images.resolve())
+    return None
+
+
 def _save_calibrated(args: argparse.Namespace, predictor: Any, tuned: Any, where: str) -> None:
     from skinet.inference.calibration import calibration_record, save_calibrated_checkpoint
     from skinet.inference.checkpoint import load_checkpoint
 
     source = args.checkpoint[0]
     own = load_checkpoint(source).threshold
-    tuned_on = str(args.images.resolve()) if args.images is not None else where
+    tuned_on = _tuning_set(args) or where
     record = calibration_record(tuned, tuned_on, source.resolve(), own)
     path = save_calibrated_checkpoint(source, args.save_calibrated, record)
     log.info(

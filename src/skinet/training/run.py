@@ -360,10 +360,12 @@ def run_training(
 def best_epoch_metrics(
     trainer: L.Trainer, history: EpochMetricsHistory, best_path: str
 ) -> dict[str, float]:
-    """The best checkpoint's own epoch metrics, with ``best_epoch`` (0-based).
+    """The last epoch's metrics with the best checkpoint's own ``val_*`` and ``best_epoch``.
 
-    Without a best checkpoint (checkpointing off), or for an epoch the history does not hold,
-    the last epoch's metrics, with ``best_epoch`` absent.
+    The validation metrics, the validation-optimal threshold among them, are those of the
+    epoch the best checkpoint was saved at (0-based ``best_epoch``); the ``train_*`` figures
+    stay the last epoch's. Without a best checkpoint (checkpointing off), or for an epoch the
+    history does not hold, the last epoch's metrics, with ``best_epoch`` absent.
     """
     last = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if not best_path:
@@ -372,8 +374,8 @@ def best_epoch_metrics(
     if epoch not in history.history:
         log.warning("no recorded metrics for the best epoch %d; reporting the last epoch's", epoch)
         return last
-    best = {k: v for k, v in last.items() if not k.startswith(("val_", "train_"))}
-    return {**best, **history.history[epoch], "best_epoch": float(epoch)}
+    rest = {k: v for k, v in last.items() if not k.startswith("val_")}
+    return {**rest, **history.history[epoch], "best_epoch": float(epoch)}
 
 
 def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException) -> None:
