@@ -235,3 +235,27 @@ def test_resolved_config_round_trips() -> None:
 def test_an_unknown_section_lists_the_sections() -> None:
     with pytest.raises(ConfigError, match="FOO: unknown key \\(the sections are TRAIN_CONFIG, "):
         load_config(REPO / "configs" / "quickstart.yaml", {"FOO.bar": 1})
+
+
+def test_augment_on_device_refuses_compose_kwargs_it_would_not_apply() -> None:
+    raw = {"TRAIN_CONFIG": {"augment_on": "device"}, "TRANSFORM_CONFIG": {"train_transforms": []}}
+    raw["TRANSFORM_CONFIG"]["compose_kwargs"] = {"p": 0.5}
+    with pytest.raises(ConfigError, match="compose_kwargs .* is not applied with TRAIN_CONFIG.augment_on: device"):
+        parse_config(raw)
+
+
+def test_a_device_augmented_checkpoint_config_reads_without_albumentations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    for name in [m for m in sys.modules if m.startswith(("albumentations", "skinet.data"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "albumentations", None)  # the core install: not there
+    raw = {
+        "TRAIN_CONFIG": {"augment_on": "device"},
+        "TRANSFORM_CONFIG": {"train_transforms": [{"name": "HorizontalFlip", "params": {}}]},
+    }
+    cfg = parse_config(raw, "checkpoint config", check_transforms=False)
+    assert cfg.train.augment_on == "device"
+    assert "skinet.data.device_pipeline" not in sys.modules

@@ -409,3 +409,19 @@ def test_an_output_dir_that_cannot_hold_runs_is_named_before_anything_starts(
     assert main(["train", "--config", str(config), "--no-visualize"]) == 1
     assert f"TRAIN_CONFIG.output_dir {output} {expected}" in caplog.text
     assert "Traceback" not in caplog.text
+
+
+def test_a_split_smaller_than_the_ddp_world_is_refused_before_the_trainer_starts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from skinet.data.synthetic import make_synthetic_dataset
+
+    # One validation image for two gloo ranks: the second rank would wait in the metric gather.
+    root = make_synthetic_dataset(
+        tmp_path / "data", num_train=8, num_val=1, num_test=0, image_size=48, seed=0
+    )
+    raw = tiny_raw_config(tmp_path, root)
+    config = _write(raw, tmp_path / "c.yaml", strategy="ddp", devices=2, max_epochs=1)
+    assert main(["train", "--config", str(config), "--no-visualize"]) == 1
+    assert "the val split has 1 image(s) but the run has 2 training processes" in caplog.text
+    assert not (tmp_path / "runs").exists()

@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from skinet.config.data import DataConfig
 from skinet.config.model import UNet2DModelConfig
@@ -20,7 +27,7 @@ from skinet.config.train import (
     LRSchedulerConfig,
     TrainConfig,
 )
-from skinet.config.transform import CHECK_TRANSFORMS, TransformConfig
+from skinet.config.transform import CHECK_TRANSFORMS, TransformConfig, transforms_checkable
 
 # YAML section name -> field of ExperimentConfig. Keys are matched case-insensitively with
 # underscores removed, so ``TRAIN_CONFIG``, ``trainconfig`` and ``train_config`` all work.
@@ -96,8 +103,20 @@ class ExperimentConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _check_device_augmentation(self) -> ExperimentConfig:
-        if self.train.augment_on != "device":
+    def _check_device_augmentation(self, info: ValidationInfo) -> ExperimentConfig:
+        # A checkpoint's config is read without these training-time checks, so prediction on
+        # the core install needs neither albumentations nor the device pipeline.
+        if self.train.augment_on != "device" or not (info.context or {}).get(
+            CHECK_TRANSFORMS, True
+        ):
+            return self
+        if self.transform.compose_kwargs:
+            raise ValueError(
+                f"TRANSFORM_CONFIG.compose_kwargs {self.transform.compose_kwargs} is not applied "
+                "with TRAIN_CONFIG.augment_on: device (the device pipeline builds no "
+                "albumentations Compose): remove it, or augment on the CPU (augment_on: cpu)"
+            )
+        if not transforms_checkable():
             return self
         from skinet.data.device_pipeline import check_device_transforms
 

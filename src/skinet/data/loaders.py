@@ -254,6 +254,25 @@ def decode_dataset_split(
     return decode_split(samples, preprocessing, keep=keep, split=split)
 
 
+def check_splits_cover_ranks(datasets: dict[str, Any], world_size: int) -> None:
+    """Refuse a split with fewer images than training processes, before the Trainer starts.
+
+    Under DDP a rank without a validation or test batch would skip its scoring but never join
+    the other ranks' metric gather, and wait for them for ever.
+
+    Raises:
+        DatasetError: Naming the split, its size and the number of processes.
+    """
+    for name, dataset in datasets.items():
+        if dataset is not None and len(dataset) < world_size:
+            raise DatasetError(
+                f"the {name} split has {len(dataset)} image(s) but the run has {world_size} "
+                "training processes (TRAIN_CONFIG.devices x num_nodes): every process needs at "
+                f"least one {name} image. Add images to the split (DATA_CONFIG.val_fraction, "
+                "test_fraction or a split file), or train on fewer devices"
+            )
+
+
 def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> DataLoaders:
     """Checked datasets and loaders of the train/val/test splits of ``cfg``.
 
@@ -299,6 +318,7 @@ def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> D
     train_cfg = cfg.train
     world_size = train_cfg.world_size if world_size is None else world_size
     batch_size = train_cfg.batch_size
+    check_splits_cover_ranks(datasets, world_size)
     if len(train_ds) < batch_size * world_size:
         logger.warning(
             "training split has %d samples, fewer than batch_size %d x world_size %d",
