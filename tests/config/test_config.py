@@ -240,7 +240,8 @@ def test_an_unknown_section_lists_the_sections() -> None:
 def test_augment_on_device_refuses_compose_kwargs_it_would_not_apply() -> None:
     raw = {"TRAIN_CONFIG": {"augment_on": "device"}, "TRANSFORM_CONFIG": {"train_transforms": []}}
     raw["TRANSFORM_CONFIG"]["compose_kwargs"] = {"p": 0.5}
-    with pytest.raises(ConfigError, match="compose_kwargs .* is not applied with TRAIN_CONFIG.augment_on: device"):
+    expected = "compose_kwargs .* is not applied with TRAIN_CONFIG.augment_on: device"
+    with pytest.raises(ConfigError, match=expected):
         parse_config(raw)
 
 

@@ -207,3 +207,31 @@ def test_evaluate_checkpoint_on_a_split(
     assert all(float(r["hd95_px"]) >= 0 or r["hd95_px"] == "nan" for r in rows)
     # The default gallery: the 8 worst images, here all 4 of the split.
     assert (out / "failure_gallery.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evaluate_uses_the_runs_recorded_split_and_refuses_when_an_image_is_gone(
+    tmp_path: Path, synthetic_root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import shutil
+
+    from tests.conftest import tiny_raw_config
+
+    from skinet.config import parse_config
+    from skinet.training.run import run_training
+
+    data = tmp_path / "data"
+    shutil.copytree(synthetic_root, data)
+    raw = tiny_raw_config(tmp_path, data)
+    raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False)
+    result = run_training(parse_config(raw), visualize=False)
+    checkpoint = str(result.best_checkpoint)
+    argv = ["evaluate", "--checkpoint", checkpoint, "--split", "test", "--gallery", "0"]
+    assert run_cli([*argv, "--output", str(tmp_path / "before")]) == 0
+    before = json.loads((tmp_path / "before" / "summary.json").read_text())
+    assert before["num_images"] == 4
+    (gone,) = sorted((data / "ISIC-2017_Test_v2_Data").glob("*.jpg"))[:1]
+    gone.unlink()
+    caplog.clear()
+    assert run_cli([*argv, "--output", str(tmp_path / "after")]) == 1
+    assert "no longer holds 1 image(s) of the split the training run recorded" in caplog.text
+    assert gone.stem in caplog.text and not (tmp_path / "after").exists()

@@ -195,12 +195,24 @@ def _evaluation_sets(predictor: Any, args: argparse.Namespace) -> list[tuple[str
         sets.append((str(args.images), pair_image_folder(args.images, args.masks), args.output))
     elif args.split != "none":
         _refuse_leak(predictor, args)
-        samples = select_samples(predictor.config, args.data, args.dataset, args.split)
+        samples = select_samples(
+            predictor.config, args.data, args.dataset, args.split, _recorded_split(args)
+        )
         sets.append((f"split {args.split!r}", samples, args.output))
     for external in args.external:
         samples = pair_image_folder(external.images, external.masks)
         sets.append((external.name, samples, args.output / external.name))
     return sets
+
+
+def _recorded_split(args: argparse.Namespace) -> Path | None:
+    """The ``splits.csv`` of a single checkpoint's run folder, if it is in one."""
+    from skinet.data.splits import SPLIT_FILE_NAME
+
+    if len(args.checkpoint) != 1 or args.checkpoint[0].is_dir():
+        return None
+    recorded = args.checkpoint[0].resolve().parent.parent / SPLIT_FILE_NAME
+    return recorded if recorded.is_file() else None
 
 
 def _refuse_leak(predictor: Any, args: argparse.Namespace) -> None:
@@ -351,7 +363,9 @@ def run_robustness(args: argparse.Namespace) -> int:
         where = {"images": str(args.images), "masks": str(args.masks)}
     else:
         _refuse_leak(predictor, args)
-        samples = select_samples(predictor.config, args.data, args.dataset, args.split)
+        samples = select_samples(
+            predictor.config, args.data, args.dataset, args.split, _recorded_split(args)
+        )
         where = {"split": args.split}
     log.info("%d image(s) x %d conditions (seed %d)", len(samples), len(shifts) + 1, args.seed)
     result = evaluate_under_shifts(predictor, samples, shifts, seed=args.seed)
