@@ -236,13 +236,20 @@ def test_last_checkpoint_is_written_after_every_epoch(
 
 
 @pytest.mark.heavy
+@pytest.mark.parametrize("augment_on", ["cpu", "device"])
 def test_killed_and_resumed_run_reproduces_the_uninterrupted_one(
-    tiny_raw: dict[str, Any], tmp_path: Path
+    tiny_raw: dict[str, Any], tmp_path: Path, augment_on: str
 ) -> None:
-    # Workers matter here: each epoch's augmentations come from persistent worker processes
-    # that a resume starts afresh.
+    # Workers matter on the CPU path: each epoch's augmentations come from persistent worker
+    # processes that a resume starts afresh. The device path augments in the training process.
     tiny_raw["TRAIN_CONFIG"].update(
-        {"max_epochs": 3, "use_early_stopping": False, "deterministic": True, "num_workers": 2}
+        {
+            "max_epochs": 3,
+            "use_early_stopping": False,
+            "deterministic": True,
+            "num_workers": 2 if augment_on == "cpu" else 0,
+            "augment_on": augment_on,
+        }
     )
     whole = _write(tiny_raw, tmp_path / "whole.yaml", output_dir=str(tmp_path / "whole"))
     assert main(["train", "--config", str(whole), "--no-visualize"]) == 0

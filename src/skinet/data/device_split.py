@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 from skinet.config import ExperimentConfig
 from skinet.data.dataset import SegmentationDataset
 from skinet.data.device_pipeline import DeviceAugmentation, build_device_augmentation
-from skinet.data.loaders import RepeatDataLoader
+from skinet.data.loaders import EpochShuffleSampler, RepeatDataLoader
 
 logger = logging.getLogger(__name__)
 
@@ -115,10 +115,16 @@ def build_device_train_loader(
 ) -> RepeatDataLoader:
     """The training loader of ``augment_on: device``: shuffled index batches, no workers.
 
-    Lightning replaces its sampler with a ``DistributedSampler`` under DDP (each rank its own
-    shard, reshuffled every epoch).
+    The order is the worker path's: an :class:`EpochShuffleSampler` keyed to the dataset's
+    ``(epoch, seed)``, so a resumed run shuffles as the uninterrupted one did. Lightning
+    replaces it with a ``DistributedSampler`` under DDP (each rank its own shard, reshuffled
+    every epoch).
     """
     split = build_device_split(dataset, build_device_augmentation(cfg))
     return RepeatDataLoader(
-        split, batch_size=cfg.train.batch_size, shuffle=True, drop_last=drop_last, num_workers=0
+        split,
+        batch_size=cfg.train.batch_size,
+        sampler=EpochShuffleSampler(dataset),
+        drop_last=drop_last,
+        num_workers=0,
     )
