@@ -432,3 +432,20 @@ def test_a_split_smaller_than_the_ddp_world_is_refused_before_the_trainer_starts
     assert main(["train", "--config", str(config), "--no-visualize"]) == 1
     assert "the val split has 1 image(s) but the run has 2 training processes" in caplog.text
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.heavy
+def test_a_run_resumed_after_a_kill_before_its_test_draws_every_epochs_plots(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    tiny_raw["TRAIN_CONFIG"].update({"max_epochs": 2, "use_early_stopping": False})
+    config = _write(tiny_raw, tmp_path / "c.yaml", output_dir=str(tmp_path / "runs"))
+    _kill_run(config, "on_test_start", 2)
+    (run,) = _run_folders(tmp_path / "runs")
+    assert not (run / "metrics.json").exists()
+    assert main(["train", "--config", str(config), "--no-visualize", "--resume", "last"]) == 0
+    plots = run / "plots"
+    assert (plots / "learning_curves.png").is_file() and (plots / "val_predictions.png").is_file()
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    (state,) = [v for k, v in checkpoint["callbacks"].items() if k.startswith("TrainingPlots")]
+    assert sorted(state["history"]["val_loss"]) == [0, 1]

@@ -108,6 +108,30 @@ class TrainingPlotsCallback(Callback):
         self.reported_epoch: int | None = None
         self.from_checkpoint = False
 
+    def state_dict(self) -> dict[str, Any]:
+        """The per-epoch records, saved in every checkpoint: a resumed run draws every epoch."""
+        return {
+            "history": {str(key): dict(values) for key, values in self.history.items()},
+            "learning_rates": dict(self.learning_rates),
+            "thresholds_used": dict(self.thresholds_used),
+            "threshold_results": {
+                epoch: {name: value.detach().cpu() for name, value in vars(result).items()}
+                for epoch, result in self.threshold_results.items()
+            },
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for key, values in state_dict.get("history", {}).items():
+            self.history[key].update({int(epoch): float(v) for epoch, v in values.items()})
+        self.learning_rates.update(
+            {int(e): float(v) for e, v in state_dict.get("learning_rates", {}).items()}
+        )
+        self.thresholds_used.update(
+            {int(e): float(v) for e, v in state_dict.get("thresholds_used", {}).items()}
+        )
+        for epoch, fields in state_dict.get("threshold_results", {}).items():
+            self.threshold_results[int(epoch)] = ThresholdResult(**fields)
+
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.optimizers:
             lr = trainer.optimizers[0].param_groups[0]["lr"]
