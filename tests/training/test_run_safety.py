@@ -449,3 +449,17 @@ def test_a_run_resumed_after_a_kill_before_its_test_draws_every_epochs_plots(
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     (state,) = [v for k, v in checkpoint["callbacks"].items() if k.startswith("TrainingPlots")]
     assert sorted(state["history"]["val_loss"]) == [0, 1]
+
+
+def test_out_of_memory_says_what_to_lower_and_leaves_no_run_folder(
+    tiny_raw: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 2**20 channels: the first 3x3 conv between them asks for 36 TB, which the allocator
+    # refuses at once (a real out-of-memory error, without touching the memory).
+    config = _write(tiny_raw, tmp_path / "c.yaml", max_epochs=1)
+    argv = ["train", "--config", str(config), "--no-visualize"]
+    assert main([*argv, "--set", "MODEL_CONFIG.out_channels_layer1=1048576"]) == 1
+    assert "out of memory while building the model" in caplog.text
+    assert "MODEL_CONFIG.out_channels_layer1 (now 1048576)" in caplog.text
+    assert "TRAIN_CONFIG.batch_size (now 4)" in caplog.text and "Traceback" not in caplog.text
+    assert not (tmp_path / "runs").exists()

@@ -287,9 +287,16 @@ def run_training(
             raise ResumeError(refusal_message(str(resume_path), changes))
         resume_run_id = payload.mlflow_run_id
 
-    # Bad data and an unreachable tracking server both fail before any run folder or MLflow
-    # run is made, so a failed start leaves nothing half-made behind.
+    # Bad data, a model too large for the memory and an unreachable tracking server all fail
+    # before any run folder or MLflow run is made, so a failed start leaves nothing half-made.
     loaders = build_dataloaders(cfg, world_size=train_cfg.world_size)
+    try:
+        model = LightningModel(cfg.to_yaml_dict())
+    except RuntimeError as error:
+        oom = _out_of_memory(error, cfg, "building the model")
+        if oom is None:
+            raise
+        raise oom from error
     lineage = init_source.lineage if init_source is not None else None
     loggers, callbacks = setup_logging_and_callbacks(
         cfg, run_dir, run_name, parent_run_id, resume_run_id, lineage.tags() if lineage else None
@@ -301,7 +308,6 @@ def run_training(
     if visualize and rank_zero:
         visualize_augmented_data(loaders.train_dataset, run_dir / "augmented_samples.png")
 
-    model = LightningModel(cfg.to_yaml_dict())
     history = EpochMetricsHistory()
     callbacks.append(history)
     if init_source is not None and resume_path is None:  # a resumed run has its own weights
@@ -352,7 +358,10 @@ def run_training(
                 logger.finalize("success")
     except BaseException as error:
         _record_stop(cfg, loggers, error)
-        raise
+        oom = _out_of_memory(error, cfg, "training") if isinstance(error, RuntimeError) else None
+        if oom is None:
+            raise
+        raise oom from error
     log.debug("run %s finished: %s", run_name, json.dumps(result.metrics))
     return result
 
@@ -376,6 +385,33 @@ def best_epoch_metrics(
         return last
     rest = {k: v for k, v in last.items() if not k.startswith("val_")}
     return {**rest, **history.history[epoch], "best_epoch": float(epoch)}
+
+
+class OutOfMemoryError(ValueError):
+    """The run ran out of memory; the message says which settings to lower."""
+
+
+def _out_of_memory(
+    error: RuntimeError, cfg: ExperimentConfig, doing: str
+) -> OutOfMemoryError | None:
+    """An :class:`OutOfMemoryError` saying what to lower for an out-of-memory ``error``
+    (``None`` for any other error)."""
+    text = str(error)
+    if not (
+        isinstance(error, torch.OutOfMemoryError)
+        or "out of memory" in text
+        or "can't allocate memory" in text
+    ):
+        return None
+    first = next((line.strip() for line in text.splitlines() if "memory" in line), text)
+    train, data, model = cfg.train, cfg.data, cfg.model
+    return OutOfMemoryError(
+        f"out of memory while {doing} ({first[:200]}). Lower what the run holds at once: "
+        f"TRAIN_CONFIG.batch_size (now {train.batch_size}), DATA_CONFIG.image_size (now "
+        f"{data.image_size}), MODEL_CONFIG.out_channels_layer1 (now "
+        f"{model.out_channels_layer1}) or number_of_layers (now {model.number_of_layers}); on "
+        "a GPU, TRAIN_CONFIG.precision: 16-mixed halves the activations"
+    )
 
 
 def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException) -> None:
