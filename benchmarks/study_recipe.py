@@ -260,8 +260,10 @@ def score_cell(args: argparse.Namespace, cell_dir: Path, row: dict[str, Any]) ->
 
 
 def external_names(pairs: Sequence[str]) -> list[str]:
-    """The names of ``--external NAME=IMAGES:MASKS`` values."""
-    return [pair.partition("=")[0] for pair in pairs]
+    """The names of ``--external NAME=IMAGES:MASKS`` values (checked by ``external_set``)."""
+    from skinet.config.arguments import external_set
+
+    return [external_set(pair).name for pair in pairs]
 
 
 def cell_key(tag: str, candidate: str, seed: int) -> str:

@@ -23,9 +23,9 @@ from skinet.inference.checkpoint import read_checkpoint_file
 from skinet.inference.tuning import TunedThreshold
 from skinet.reporting.model_card import (
     CALIBRATION_HEADING,
-    MODEL_CARD_FILE,
     calibration_section,
     checkpoint_card_path,
+    find_checkpoint_card,
 )
 
 
@@ -75,11 +75,9 @@ def save_calibrated_checkpoint(
 def _write_card(source: Path, output: Path, calibration: dict[str, Any]) -> Path:
     """The source's card (its run folder's, or the one beside it) plus a calibration section."""
     card = checkpoint_card_path(output)
-    run_card = source.resolve().parent.parent / MODEL_CARD_FILE
-    for candidate in (checkpoint_card_path(source), run_card):
-        if candidate.is_file():
-            shutil.copyfile(candidate, card)
-            break
+    found = find_checkpoint_card(source)
+    if found is not None:
+        shutil.copyfile(found, card)
     else:
         card.write_text(f"# Model card: {output.stem}\n")
     # A recalibrated copy states only its newest calibration.

@@ -34,11 +34,11 @@ from skinet.inference.checkpoint import SkinetCheckpoint, build_model, load_chec
 from skinet.models import UNet2D
 from skinet.reporting.model_card import (
     CALIBRATION_HEADING,
-    MODEL_CARD_FILE,
     CardInputs,
     build_model_card,
     calibration_section,
     checkpoint_card_path,
+    find_checkpoint_card,
     invoked_command,
 )
 
@@ -317,9 +317,7 @@ def write_export_card(checkpoints: Sequence[SkinetCheckpoint], output: Path) -> 
     folder's; else a new card. A calibrated checkpoint's card always states its calibration."""
     path = card_path(output)
     first = checkpoints[0]
-    source = first.path.resolve()
-    own = [checkpoint_card_path(source), source.parent.parent / MODEL_CARD_FILE]
-    found = next((card for card in own if card.is_file()), None)
+    found = find_checkpoint_card(first.path)
     if len(checkpoints) == 1 and found is not None:
         shutil.copyfile(found, path)
     else:

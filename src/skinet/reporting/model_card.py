@@ -60,6 +60,15 @@ def checkpoint_card_path(path: Path) -> Path:
     return path.with_name(path.name + "." + MODEL_CARD_FILE)
 
 
+def find_checkpoint_card(checkpoint: Path) -> Path | None:
+    """A checkpoint's own card: the one beside it (a calibrated copy's), else its run folder's."""
+    source = checkpoint.resolve()
+    for card in (checkpoint_card_path(source), source.parent.parent / MODEL_CARD_FILE):
+        if card.is_file():
+            return card
+    return None
+
+
 def calibration_section(calibration: Mapping[str, Any]) -> str:
     """The card's section on a threshold tuned on one's own images (``skinet evaluate``)."""
     dice = calibration.get("pooled_dice")
