@@ -169,7 +169,7 @@ def test_start_mlflow_dry_run(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # starts a real server (~5-15 s)
 def test_start_mlflow_starts_once_and_stops(tmp_path: Path) -> None:
-    from skinet.tracking import check_tracking_server, find_free_port
+    from skinet.tracking.server import check_tracking_server, find_free_port
 
     port = str(find_free_port())
     env = {

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from skinet.tracking import TrackingError, check_tracking_server, find_free_port, start_local_server
+from skinet.tracking.mlflow_utils import TrackingError
+from skinet.tracking.server import check_tracking_server, find_free_port, start_local_server
 
 
 def test_closed_port_fails_fast() -> None:

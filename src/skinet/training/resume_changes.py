@@ -5,7 +5,8 @@ optimizer's learning rate and the whole scheduler state from the checkpoint, so 
 ``lr`` would be logged as changed but never applied. Settings a resume cannot apply
 (:data:`REFUSED`) are refused by name before any folder or MLflow run is touched; the
 scheduler and early-stopping settings it can apply
-(:class:`skinet.callbacks.resume.ResumeStateCallback`) and everything that only affects how a
+(:class:`skinet.training.callbacks.resume.ResumeStateCallback`) and everything that only
+affects how a
 run is executed (epochs, time budget, workers, logging, augmentations) may change.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skinet.config import ExperimentConfig
+from skinet.config.experiment import ExperimentConfig
 
 REFUSED: dict[str, tuple[str, ...] | None] = {
     "MODEL_CONFIG": None,  # every field but the forward checks: the weights must fit

@@ -7,7 +7,7 @@ import logging
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -17,23 +17,23 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 
-from skinet.allocator import malloc_tuning, untuned_hint
-from skinet.callbacks import SkiNetMLFlowLogger, setup_logging_and_callbacks
-from skinet.callbacks.epoch_history import EpochMetricsHistory
-from skinet.callbacks.resume import ResumeStateCallback
-from skinet.checkpoint_format import CHECKPOINT_KEY, CheckpointPayload
-from skinet.config import ExperimentConfig, parse_config
-from skinet.data import build_dataloaders, visualize_augmented_data
-from skinet.inference.checkpoint import CheckpointError, read_checkpoint_file
-from skinet.reporting.run_records import write_run_records
-from skinet.tracking import (
-    make_run_name,
-    mark_run_failed,
-    resolve_tracking_uri,
-)
+from skinet.checkpoints.format import CheckpointError, CheckpointPayload
+from skinet.checkpoints.read import read_checkpoint_file
+from skinet.config.experiment import RESOLVED_KEY, ExperimentConfig, parse_config
+from skinet.runtime.allocator import malloc_tuning, untuned_hint
+from skinet.runtime.devices import TrainSettings, resolve_train_settings
+from skinet.runtime.rank import is_launch_rank_zero
+from skinet.tracking.mlflow_utils import make_run_name, mark_run_failed, resolve_tracking_uri
 from skinet.tracking.runs import finish_run, set_tags
+from skinet.training.callbacks.epoch_history import EpochMetricsHistory
+from skinet.training.callbacks.mlflow_artifacts import SkiNetMLFlowLogger
+from skinet.training.callbacks.resume import ResumeStateCallback
+from skinet.training.callbacks.setup import setup_logging_and_callbacks
+from skinet.training.data.loaders import build_dataloaders
+from skinet.training.data.visualize import visualize_augmented_data
 from skinet.training.init_from import load_init_weights, read_init_source
 from skinet.training.lightning_model import LightningModel, check_attention_upsample
+from skinet.training.records import RunResult, write_run_records
 from skinet.training.reproducibility import configure_reproducibility
 from skinet.training.resume_changes import refusal_message, refused_changes
 from skinet.training.signals import RunInterrupted, stop_on_signals
@@ -42,19 +42,6 @@ log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.json"
-
-
-@dataclass
-class RunResult:
-    """What one training run produced."""
-
-    metrics: dict[str, float]
-    run_name: str
-    run_dir: Path
-    best_checkpoint: Path | None
-    mlflow_run_id: str | None
-    fit_seconds: float
-    epochs_trained: int
 
 
 class ResumeError(ValueError):
@@ -157,22 +144,15 @@ def check_output_dir(output_dir: Path) -> None:
         ) from None
 
 
-def is_launch_rank_zero() -> bool:
-    """Whether this process is global rank 0, judged from the launcher's environment.
-
-    Used before the ``Trainer`` (and its process group) exists. Lightning starts the other
-    ranks of a node with ``LOCAL_RANK`` set; torchrun and SLURM set ``RANK`` / ``SLURM_PROCID``;
-    other nodes of a Lightning multi-node job carry ``NODE_RANK``.
-    """
-    for variable in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
-        if os.environ.get(variable):
-            rank = int(os.environ[variable])
-            break
-    else:
-        rank = 0
-    if os.environ.get("RANK"):
-        return rank == 0
-    return rank == 0 and int(os.environ.get("NODE_RANK") or os.environ.get("GROUP_RANK") or 0) == 0
+def write_config_file(path: Path, cfg: ExperimentConfig, settings: TrainSettings) -> None:
+    """``config.yaml``: the config as written (automatic values left ``null``), then, under
+    ``RESOLVED``, what they resolved to on this machine; read back, ``RESOLVED`` is dropped."""
+    text = yaml.safe_dump(cfg.to_yaml_dict(), sort_keys=False)
+    resolved = yaml.safe_dump({RESOLVED_KEY: settings.as_dict()}, sort_keys=False)
+    path.write_text(
+        f"{text}# Resolved on the machine that ran it; resolved again where it runs next.\n"
+        f"{resolved}"
+    )
 
 
 def build_trainer(
@@ -184,6 +164,7 @@ def build_trainer(
 ) -> L.Trainer:
     """A Lightning ``Trainer`` configured from ``TRAIN_CONFIG``."""
     train_cfg = cfg.train
+    settings = resolve_train_settings(train_cfg)
     accelerator = "gpu" if train_cfg.accelerator == "cuda" else train_cfg.accelerator
     optional: dict[str, Any] = {
         key: getattr(train_cfg, key)
@@ -195,7 +176,7 @@ def build_trainer(
         devices=train_cfg.devices,
         num_nodes=train_cfg.num_nodes,
         strategy=train_cfg.strategy,
-        precision=train_cfg.precision,  # type: ignore[arg-type]
+        precision=settings.precision,  # type: ignore[arg-type]
         deterministic=deterministic,  # type: ignore[arg-type]
         max_epochs=train_cfg.max_epochs,
         logger=loggers or False,
@@ -281,7 +262,7 @@ def run_training(
         )
         check_attention_upsample(payload, cfg)  # before any run or folder is made
         source = f"{resume_path} (checkpoint config)"
-        saved = parse_config(payload.config, source, check_transforms=False)
+        saved = parse_config(payload.config, source)
         changes = refused_changes(saved, cfg)
         if changes:
             raise ResumeError(refusal_message(str(resume_path), changes))
@@ -289,9 +270,10 @@ def run_training(
 
     # Bad data, a model too large for the memory and an unreachable tracking server all fail
     # before any run folder or MLflow run is made, so a failed start leaves nothing half-made.
-    loaders = build_dataloaders(cfg, world_size=train_cfg.world_size)
+    settings = resolve_train_settings(train_cfg)
+    loaders = build_dataloaders(cfg, world_size=settings.world_size)
     try:
-        model = LightningModel(cfg.to_yaml_dict())
+        model = LightningModel(cfg.to_yaml_dict(), resolved=settings.as_dict())
     except RuntimeError as error:
         oom = _out_of_memory(error, cfg, "building the model")
         if oom is None:
@@ -303,7 +285,7 @@ def run_training(
     )
     if rank_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(cfg.to_yaml_dict(), sort_keys=False))
+        write_config_file(run_dir / CONFIG_FILE, cfg, settings)
 
     if visualize and rank_zero:
         visualize_augmented_data(loaders.train_dataset, run_dir / "augmented_samples.png")
@@ -428,15 +410,3 @@ def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException
             finish_run(uri, logger.run_id, "KILLED")
         except Exception as exc:  # noqa: BLE001 - the interruption must stay visible
             log.warning("could not mark MLflow run %s as KILLED: %s", logger.run_id, exc)
-
-
-__all__ = [
-    "CHECKPOINT_KEY",
-    "ResumeError",
-    "RunResult",
-    "build_trainer",
-    "find_last_checkpoint",
-    "is_launch_rank_zero",
-    "run_training",
-    "train_and_evaluate",
-]
