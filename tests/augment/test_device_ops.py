@@ -15,7 +15,7 @@ from albumentations.augmentations.geometric.functional import (
 from albumentations.augmentations.pixel import functional as fpixel
 
 from skinet.augment import device_ops as ops
-from skinet.augment.device_pipeline import DEVICE_TRANSFORMS
+from skinet.augment.device_transforms import DEVICE_TRANSFORMS
 from skinet.imaging.vignette import apply_circular_vignette
 
 

@@ -13,7 +13,8 @@ import yaml
 
 from skinet.augment.checks import check_config
 from skinet.augment.cpu import build_train_transform
-from skinet.augment.device_pipeline import DEVICE_TRANSFORMS, build_device_augmentation
+from skinet.augment.device_pipeline import build_device_augmentation
+from skinet.augment.device_transforms import DEVICE_TRANSFORMS
 from skinet.config.errors import ConfigError
 from skinet.config.experiment import parse_config
 from skinet.imaging.normalize import build_normalizer

@@ -92,6 +92,7 @@ def test_bad_payloads_are_refused_by_name(checkpoint: dict[str, Any], message: s
         CheckpointPayload.from_checkpoint(checkpoint, "x.ckpt")
 
 
+@pytest.mark.process
 def test_module_imports_neither_lightning_nor_torch() -> None:
     code = (
         "import sys, skinet.checkpoints.format\n"

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from rich.console import Console
 
@@ -43,6 +44,7 @@ def test_verify_reports_every_problem_and_exits_one(isic2017_tree: Path) -> None
     assert "ISIC_0000004.jpg" in text and "not a JPEG file" in text
 
 
+@pytest.mark.process
 def test_verify_from_config_via_python_m(tmp_path: Path, isic2017_tree: Path, tiny_raw) -> None:
     (isic2017_tree / ISIC2017_FOLDERS["val"][1] / "ISIC_0000007_segmentation.png").unlink()
     tiny_raw["DATA_CONFIG"]["data_dir"] = str(isic2017_tree)

@@ -98,6 +98,7 @@ def test_a_bad_grid_point_is_named_before_anything_trains(
     assert not (output_dir / "mlflow.db").exists()
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_a_killed_point_retried_to_success_counts_once(
     tiny_raw: dict[str, Any], tmp_path: Path, mlflow_db_template: Path, capsys: Any

@@ -39,6 +39,7 @@ def test_info_reports_versions_devices_and_data_roots(tmp_path: Path, capsys) ->
     assert f"{tmp_path / 'ISIC2017'}  [found]" in out
 
 
+@pytest.mark.process
 def test_info_survives_missing_packages_and_no_nvml() -> None:
     # The packages are hidden from the import system as if they were not installed.
     script = (

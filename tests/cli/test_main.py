@@ -76,6 +76,7 @@ def test_seeds_through_the_cli(tiny_raw: dict[str, Any], tmp_path: Path) -> None
     assert list((tmp_path / "runs").rglob("seeds_summary_*.json"))
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("command", "subcommand"),
     [
@@ -95,6 +96,7 @@ def test_guide_scripts_dispatch_to_their_subcommand(command: list[str], subcomma
     assert f"usage: skinet {subcommand}" in proc.stdout
 
 
+@pytest.mark.process
 def test_console_script_is_installed() -> None:
     skinet = Path(sys.executable).with_name("skinet")
     proc = subprocess.run([str(skinet), "--help"], capture_output=True, text=True, timeout=120)

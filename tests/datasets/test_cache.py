@@ -238,6 +238,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.process
 def test_two_processes_building_the_same_split_share_one_copy(
     isic2017_tree: Path, tmp_path: Path
 ) -> None:

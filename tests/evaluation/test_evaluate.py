@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from tests.helpers.inference import run_cli, write_mask
 
-from skinet.evaluation.evaluate import evaluate_mask_folders, mask_id
+from skinet.evaluation.mask_folders import evaluate_mask_folders, mask_id
 from skinet.metrics.masks import MaskMetrics, compute_mask_metrics, summarize_metrics
 
 
@@ -107,7 +107,7 @@ def _square(col_shift: int = 0) -> np.ndarray:
 
 
 def test_evaluate_reports_surface_distances_and_a_gallery(tmp_path: Path) -> None:
-    """HD95/ASSD columns in px and mm (values of tests/inference/test_surface.py), the
+    """HD95/ASSD columns in px and mm (values of tests/metrics/test_surface.py), the
     empty-mask conventions, and the failure gallery of the worst images by Jaccard."""
     preds, gts, out = tmp_path / "pred", tmp_path / "gt", tmp_path / "report"
     preds.mkdir(), gts.mkdir()

@@ -20,6 +20,7 @@ from skinet.evaluation.figures import (
 from skinet.metrics.thresholds import find_best_threshold
 
 
+@pytest.mark.process
 def test_plotting_and_evaluation_import_no_lightning() -> None:
     code = (
         "import sys, skinet.evaluation.figures, skinet.evaluation.evaluate; "

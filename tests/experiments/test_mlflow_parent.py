@@ -86,6 +86,7 @@ def test_diverging_lr_fails_its_trial_with_the_error(tiny_raw: dict[str, Any]) -
     assert statuses["trial_1_lr1000000000000.0_wd0.0_bs4_nw0_pf2_schednone"] == "FAILED"
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_two_cli_workers_share_a_real_grid(tiny_raw: dict[str, Any], tmp_path: Path) -> None:
     raw = one_epoch(tiny_raw, lr=[1e-3, 2e-3], weight_decay=[0.0, 0.01])

@@ -14,7 +14,8 @@ from tests.helpers.sweep_fakes import FakeTrainer, one_epoch
 
 from skinet.config.experiment import parse_config
 from skinet.experiments.ablation import check_modes, run_ablation
-from skinet.experiments.seeds import compute_seed_summary, run_seeds
+from skinet.experiments.seeds import run_seeds
+from skinet.experiments.summary import summarize_runs
 
 
 def _client(raw: dict[str, Any]) -> tuple[MlflowClient, str]:
@@ -50,7 +51,7 @@ def test_three_seeds_give_three_runs_and_a_matching_summary(tiny_raw: dict[str, 
 
 
 def test_seed_summary_of_one_seed_has_zero_std() -> None:
-    mean, std = compute_seed_summary("val_loss", {1: {"val_loss": 0.5, "test_dice": 0.7}})
+    mean, std = summarize_runs("val_loss", {1: {"val_loss": 0.5, "test_dice": 0.7}})
     assert mean == {"val_loss": 0.5, "test_dice": 0.7} and std == {
         "val_loss": 0.0,
         "test_dice": 0.0,

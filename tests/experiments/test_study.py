@@ -157,6 +157,7 @@ def _worker(config: Path, storage: str, seconds: float) -> subprocess.Popen[str]
     )
 
 
+@pytest.mark.process
 def test_two_workers_share_the_grid(tiny_raw: dict[str, Any], tmp_path: Path) -> None:
     config = tmp_path / "grid.yaml"
     config.write_text(
@@ -177,6 +178,7 @@ def test_two_workers_share_the_grid(tiny_raw: dict[str, Any], tmp_path: Path) ->
     assert study.user_attrs["grid_ready"] == 4
 
 
+@pytest.mark.process
 def test_killed_sweep_resumes_without_rerunning_finished_points(
     tiny_raw: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -77,6 +77,7 @@ def _image_folder(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.process
 def test_predict_evaluate_export_import_no_training_library(
     trained_checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -104,6 +105,7 @@ def test_predict_evaluate_export_import_no_training_library(
     assert (tmp_path / "model.pt").is_file()
 
 
+@pytest.mark.process
 def test_training_commands_without_the_extra_say_what_to_install(
     tmp_path: Path, tiny_raw: dict
 ) -> None:
@@ -125,6 +127,7 @@ def test_training_commands_without_the_extra_say_what_to_install(
     assert result["imported"] == []
 
 
+@pytest.mark.process
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # pip resolves and installs ~40 packages: about 5 minutes on 2 cores
 def test_core_install_in_a_fresh_venv_predicts(trained_checkpoint: Path, tmp_path: Path) -> None:
@@ -171,3 +174,28 @@ def test_core_install_in_a_fresh_venv_predicts(trained_checkpoint: Path, tmp_pat
     assert train.returncode == 2, train.stdout[-3000:] + train.stderr[-3000:]
     assert "pip install 'skinet[train]'" in " ".join((train.stdout + train.stderr).split())
     print(f"core venv built and predicted in {time.monotonic() - started:.0f} s")
+
+
+@pytest.mark.process
+def test_a_checkpoint_trained_on_the_device_path_predicts_on_the_core_install(
+    tmp_path: Path, synthetic_root: Path
+) -> None:
+    """``augment_on: device`` names transforms only training builds: reading the checkpoint's
+    config to predict must not need albumentations or the device pipeline."""
+    from tests.helpers.config import tiny_raw_config
+
+    from skinet.config.experiment import parse_config
+    from skinet.training.run import run_training
+
+    raw = tiny_raw_config(tmp_path, synthetic_root)
+    raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False, augment_on="device")
+    result = run_training(parse_config(raw), visualize=False)
+    assert result.best_checkpoint is not None
+    predict = [
+        "predict",
+        *("--checkpoint", str(result.best_checkpoint), "--input", str(_image_folder(tmp_path))),
+        *("--output", str(tmp_path / "masks"), "--device", "cpu"),
+    ]
+    outcome, output = _run_blocked([predict], tmp_path)
+    assert outcome == {"statuses": [0], "imported": []}, output[-3000:]
+    assert sorted(p.name for p in (tmp_path / "masks").iterdir()) == ["a_mask.png", "b_mask.png"]

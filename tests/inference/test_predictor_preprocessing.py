@@ -96,6 +96,7 @@ def test_old_checkpoint_without_the_fields_behaves_as_before(
     np.testing.assert_allclose(predictor.predict_proba(image), expected, atol=1e-6)
 
 
+@pytest.mark.process
 @NEEDS_ONNX
 def test_onnx_from_the_sidecar_alone_predicts_like_the_predictor(
     corrected_checkpoint: Path, tmp_path: Path

@@ -198,6 +198,7 @@ for _ in range(5):
 """
 
 
+@pytest.mark.process
 def test_channels_last_backward_of_projection_shortcut_does_not_corrupt_memory() -> None:
     # A strided 1x1 conv here crashed the process (heap corruption) on CPU; run it isolated.
     import subprocess

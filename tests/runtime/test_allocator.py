@@ -43,6 +43,7 @@ def test_wants_a_restart_only_when_nothing_is_set() -> None:
     assert not wants_reexec({OPT_OUT: "0"})
 
 
+@pytest.mark.process
 def test_the_skinet_command_runs_with_the_tuned_allocator() -> None:
     skinet = str(Path(sys.executable).with_name("skinet"))
     assert TUNED in _run([skinet, "info"], _clean_env()).stdout
@@ -60,6 +61,7 @@ def _states(**env: str) -> list[str]:
     return _run([sys.executable, "-c", RESTART], _clean_env(**env)).stdout.splitlines()
 
 
+@pytest.mark.process
 def test_the_restart_happens_once_and_keeps_the_users_setting_and_the_opt_out() -> None:
     restarted = _states()
     assert len(restarted) == 2 and restarted[0] == "allocator: glibc defaults"
@@ -70,6 +72,7 @@ def test_the_restart_happens_once_and_keeps_the_users_setting_and_the_opt_out() 
     assert _states(**{OPT_OUT: "0"}) == ["allocator: glibc defaults"]
 
 
+@pytest.mark.process
 def test_main_run_trains_with_the_tuned_allocator(tiny_raw: dict[str, Any], tmp_path: Path) -> None:
     tiny_raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False)
     config = tmp_path / "c.yaml"

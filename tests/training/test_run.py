@@ -16,7 +16,8 @@ import yaml
 
 from skinet.cli.main import main
 from skinet.config.experiment import parse_config
-from skinet.training.run import ResumeError, run_training, train_and_evaluate
+from skinet.training.resume import ResumeError
+from skinet.training.run import run_training, train_and_evaluate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -193,6 +194,7 @@ def test_ddp_validation_sums_counts_across_ranks(tiny_raw: dict[str, Any], tmp_p
         assert ddp[name] == pytest.approx(single[name], abs=1e-6), name
 
 
+@pytest.mark.process
 def test_ddp_metrics_count_each_image_once_on_odd_splits(tmp_path: Path) -> None:
     from tests.helpers.config import tiny_raw_config
 

@@ -229,6 +229,7 @@ def test_signal_marks_the_run_killed_and_leaves_a_resumable_checkpoint(
     assert _mlflow_run(config, checkpoint["skinet"]["mlflow_run_id"]).info.status == "FINISHED"
 
 
+@pytest.mark.process
 def test_last_checkpoint_is_written_after_every_epoch(
     tiny_raw: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -1,4 +1,4 @@
-"""``skinet evaluate`` and ``robustness``: argument parsing only."""
+"""``skinet evaluate``: argument parsing only."""
 
 from __future__ import annotations
 
@@ -7,12 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from skinet.cli.arguments import (
-    DATASET_NAMES,
-    external_set,
-    non_negative_int,
-    positive_float,
-)
+from skinet.cli.arguments import DATASET_NAMES, external_set, non_negative_int, positive_float
 from skinet.cli.inference import (
     CHECKPOINTS,
     add_leak_option,
@@ -28,7 +23,7 @@ log = logging.getLogger("skinet")
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """Score a checkpoint on a split, a labelled folder and external sets, or predicted masks."""
-    from skinet.evaluation.evaluate import evaluate_mask_folders
+    from skinet.evaluation.mask_folders import evaluate_mask_folders
 
     if args.predictions is not None or args.ground_truth is not None:
         if args.predictions is None or args.ground_truth is None or args.checkpoint is not None:
@@ -95,15 +90,16 @@ def _evaluation_sets(predictor: Any, args: argparse.Namespace) -> list[tuple[str
 
     The main set is --images/--masks, else --split (none: the first external set).
     """
-    from skinet.evaluation.evaluate import pair_image_folder, select_samples
+    from skinet.evaluation.evaluate import select_samples
+    from skinet.evaluation.mask_folders import pair_image_folder
 
     sets: list[tuple[str, Any, Path]] = []
     if args.images is not None:
         sets.append((str(args.images), pair_image_folder(args.images, args.masks), args.output))
     elif args.split != "none":
-        _refuse_leak(predictor, args)
+        refuse_leak(predictor, args)
         samples = select_samples(
-            predictor.config, args.data, args.dataset, args.split, _recorded_split(args)
+            predictor.config, args.data, args.dataset, args.split, recorded_split(args)
         )
         sets.append((f"split {args.split!r}", samples, args.output))
     for external in args.external:
@@ -112,7 +108,7 @@ def _evaluation_sets(predictor: Any, args: argparse.Namespace) -> list[tuple[str
     return sets
 
 
-def _recorded_split(args: argparse.Namespace) -> Path | None:
+def recorded_split(args: argparse.Namespace) -> Path | None:
     """The ``splits.csv`` of a single checkpoint's run folder, if it is in one."""
     from skinet.datasets.splits import SPLIT_FILE_NAME
 
@@ -122,7 +118,7 @@ def _recorded_split(args: argparse.Namespace) -> Path | None:
     return recorded if recorded.is_file() else None
 
 
-def _refuse_leak(predictor: Any, args: argparse.Namespace) -> None:
+def refuse_leak(predictor: Any, args: argparse.Namespace) -> None:
     from skinet.inference.ensemble import check_split_not_leaked
 
     try:
@@ -243,55 +239,6 @@ def _save_calibrated(args: argparse.Namespace, predictor: Any, tuned: Any, where
     )
 
 
-def run_robustness(args: argparse.Namespace) -> int:
-    """Score a checkpoint clean and under every device shift; 2 on a usage error."""
-    from skinet.evaluation.evaluate import pair_image_folder, select_samples
-    from skinet.evaluation.robustness import (
-        evaluate_under_shifts,
-        print_robustness_table,
-        write_robustness,
-    )
-    from skinet.evaluation.shifts import select_shifts
-
-    if (args.images is None) != (args.masks is None):
-        log.error("--images and --masks go together")
-        return 2
-    if args.images is not None and (args.data is not None or args.dataset is not None):
-        log.error("use --images with --masks, or --data/--dataset/--split (not both)")
-        return 2
-    try:
-        shifts = select_shifts(args.shifts)
-    except ValueError as error:
-        log.error("--shifts: %s", error)
-        return 2
-    predictor = build_predictor(args)
-    if args.images is not None:
-        samples = pair_image_folder(args.images, args.masks)
-        where = {"images": str(args.images), "masks": str(args.masks)}
-    else:
-        _refuse_leak(predictor, args)
-        samples = select_samples(
-            predictor.config, args.data, args.dataset, args.split, _recorded_split(args)
-        )
-        where = {"split": args.split}
-    log.info("%d image(s) x %d conditions (seed %d)", len(samples), len(shifts) + 1, args.seed)
-    result = evaluate_under_shifts(predictor, samples, shifts, seed=args.seed)
-    result.info.update(
-        checkpoint=checkpoint_info(args),
-        **where,
-        threshold=predictor.threshold,
-        image_size=predictor.image_size,
-        tta=args.tta,
-        keep_largest=args.keep_largest,
-        fill_holes=args.fill_holes,
-    )
-    paths = write_robustness(result, args.output)
-    print_robustness_table(result)
-    log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
-    report_failures(result.failures, "images", len(samples))
-    return result.exit_code
-
-
 def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -318,8 +265,8 @@ class _OneOrTwoValues(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def add_evaluation_subcommands(subparsers: Any) -> None:
-    """Register ``evaluate`` and ``robustness`` (``func``: their handlers)."""
+def add_evaluate_subcommand(subparsers: Any) -> None:
+    """Register ``evaluate`` (``func``: its handler)."""
     from skinet.evaluation.evaluate import SPLIT_CHOICES
     from skinet.evaluation.gallery import GALLERY_ORDERS
 
@@ -396,33 +343,4 @@ def add_evaluation_subcommands(subparsers: Any) -> None:
     add_model_options(evaluate)
     add_leak_option(evaluate)
 
-    robustness = subparsers.add_parser(
-        "robustness", help="mean per-image Jaccard of a checkpoint under device-like shifts"
-    )
-    robustness.add_argument("--checkpoint", required=True, **CHECKPOINTS)
-    robustness.add_argument(
-        "--data", type=Path, help="dataset folder (default: the checkpoint's DATA_CONFIG)"
-    )
-    robustness.add_argument(
-        "--dataset",
-        choices=DATASET_NAMES,
-        help="layout of --data (default: the checkpoint's DATA_CONFIG.dataset)",
-    )
-    robustness.add_argument(
-        "--split", default="test", choices=SPLIT_CHOICES, help="split to score (default test)"
-    )
-    robustness.add_argument("--images", type=Path, help="folder of images (instead of a split)")
-    robustness.add_argument(
-        "--masks", type=Path, help="folder of their masks, paired by image ID as evaluate pairs"
-    )
-    robustness.add_argument(
-        "--shifts", help="comma-separated subset of the shifts (default: all of them)"
-    )
-    robustness.add_argument(
-        "--seed", type=int, default=0, help="seed of the random parts of the shifts"
-    )
-    robustness.add_argument("--output", required=True, type=Path, help="folder for the reports")
-    add_model_options(robustness)
-    add_leak_option(robustness)
     evaluate.set_defaults(func=run_evaluate)
-    robustness.set_defaults(func=run_robustness)

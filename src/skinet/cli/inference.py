@@ -8,10 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from skinet.cli.arguments import (
-    positive_int,
-    probability,
-)
+from skinet.cli.arguments import positive_int, probability
 from skinet.config.errors import UsageError
 
 log = logging.getLogger("skinet")

@@ -15,7 +15,7 @@ from skinet import __version__
 from skinet.cli.arguments import Handler
 from skinet.cli.config import add_config_subcommands
 from skinet.cli.data import add_data_subcommands
-from skinet.cli.evaluation import add_evaluation_subcommands
+from skinet.cli.evaluation import add_evaluate_subcommand
 from skinet.cli.experiments import add_sweep_subcommands
 from skinet.cli.extras import (
     MissingExtraError,
@@ -25,6 +25,7 @@ from skinet.cli.extras import (
 )
 from skinet.cli.inference import add_export_subcommand, add_predict_subcommand
 from skinet.cli.info import add_info_subcommand
+from skinet.cli.robustness import add_robustness_subcommand
 from skinet.cli.training import add_training_subcommands
 from skinet.config.errors import ConfigError, UsageError
 from skinet.tracking.mlflow_utils import TrackingError
@@ -37,7 +38,8 @@ SUBCOMMAND_GROUPS: tuple[Callable[[Any], Any], ...] = (
     add_data_subcommands,
     add_sweep_subcommands,
     add_predict_subcommand,
-    add_evaluation_subcommands,
+    add_evaluate_subcommand,
+    add_robustness_subcommand,
     add_export_subcommand,
     add_config_subcommands,
     add_info_subcommand,

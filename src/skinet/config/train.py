@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from skinet.config.base import Section
 
 Accelerator = Literal["auto", "cpu", "gpu", "cuda", "mps"]
+LossName = Literal["BCE", "DICE", "BCE_DICE"]
 Precision = Literal[
     "32-true",
     "32",
@@ -131,7 +132,7 @@ class TrainConfig(Section):
     """The ``channels_last`` memory format; ``None`` = the faster one for ``MODEL_CONFIG.norm`` on
     the device, as ``benchmarks/bench_norm.py`` measured it (on for batch and instance norm, off
     for group norm)."""
-    loss_name: Literal["BCE", "DICE", "BCE_DICE"] = "BCE_DICE"
+    loss_name: LossName = "BCE_DICE"
     """Loss on raw logits; ``BCE_DICE`` weighs both 0.5/0.5."""
     optimizer_name: Literal["adam", "adamw"] = "adamw"
     """Optimizer."""

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from skinet.config.experiment import ExperimentConfig
-from skinet.datasets.layouts import MASK_SUFFIXES, Sample, assign_splits, read_layout
+from skinet.datasets.layouts import Sample, assign_splits, read_layout
 from skinet.datasets.locate import resolve_root
 from skinet.datasets.splits import apply_split_file, read_split_file
 from skinet.evaluation.figures import plot_jaccard_histogram as draw_jaccard_histogram
@@ -27,7 +27,6 @@ from skinet.evaluation.figures import save_figure
 from skinet.evaluation.gallery import GALLERY_FILE, FailureGallery
 from skinet.imaging.decode import DecodeError, read_image, read_mask
 from skinet.imaging.errors import DatasetError
-from skinet.inference.predict import list_images
 from skinet.inference.predictor import Predictor
 from skinet.metrics.masks import (
     ISIC2018_JACCARD_CUTOFF,
@@ -47,10 +46,6 @@ log = logging.getLogger(__name__)
 PER_IMAGE_FILE = "per_image.csv"
 SUMMARY_FILE = "summary.json"
 HISTOGRAM_FILE = "jaccard_histogram.png"
-ID_SUFFIXES = ("_segmentation", "_mask", "_lesion", "_prediction", "_pred")
-"""Stem suffixes removed to pair predictions with ground truth by image ID."""
-IGNORED_SUFFIXES = ("_proba", "_overlay", "_superpixels")
-"""Files ``skinet predict`` writes beside the masks, and ISIC superpixel maps: not masks."""
 SPLIT_CHOICES = ("test", "val", "train", "all")
 
 
@@ -160,7 +155,7 @@ def _recorded_splits(index: Any, recorded: Path, split: str) -> dict[str, list[S
     return splits
 
 
-def _new_result(
+def new_result(
     pixel_spacing_mm: float | Sequence[float] | None,
     gallery_size: int,
     gallery_order: str = "jaccard",
@@ -194,13 +189,13 @@ def evaluate_predictor(
     """
     from rich.progress import MofNCompleteColumn, Progress
 
-    result = _new_result(pixel_spacing_mm, gallery_size, gallery_order)
+    result = new_result(pixel_spacing_mm, gallery_size, gallery_order)
     batch: list[tuple[Sample, np.ndarray, np.ndarray]] = []
 
     def flush() -> None:
         masks = predictor.predict_batch([image for _, image, _ in batch])
         for (sample, image, target), pred in zip(batch, masks, strict=True):
-            _score(result, sample.id, pred, target, image)
+            score_pair(result, sample.id, pred, target, image)
         batch.clear()
 
     columns = (*Progress.get_default_columns()[:2], MofNCompleteColumn())
@@ -210,11 +205,13 @@ def evaluate_predictor(
             try:
                 image, target = read_image(sample.image_path), read_mask(sample.mask_path)
             except (DecodeError, OSError) as error:
-                _fail(result, sample.id, f"{sample.image_path.name}: {error}")
+                record_failure(result, sample.id, f"{sample.image_path.name}: {error}")
                 bar.advance(task)
                 continue
             if image.shape[:2] != target.shape:
-                _fail(result, sample.id, f"image {image.shape[:2]} and mask {target.shape} differ")
+                record_failure(
+                    result, sample.id, f"image {image.shape[:2]} and mask {target.shape} differ"
+                )
             else:
                 batch.append((sample, image, target))
             if len(batch) == predictor.batch_size:
@@ -225,7 +222,7 @@ def evaluate_predictor(
     return result
 
 
-def _score(
+def score_pair(
     result: EvaluationResult,
     image_id: str,
     pred: np.ndarray,
@@ -236,7 +233,7 @@ def _score(
         metrics = compute_mask_metrics(pred, target)
         surface = compute_surface_metrics(pred, target, result.spacing_mm)
     except ValueError as error:
-        _fail(result, image_id, str(error))
+        record_failure(result, image_id, str(error))
         return
     result.metrics[image_id] = metrics
     result.surface[image_id] = surface
@@ -245,110 +242,9 @@ def _score(
         result.gallery.offer(image_id, metrics, surface, pred, target, image)
 
 
-def _fail(result: EvaluationResult, image_id: str, message: str) -> None:
+def record_failure(result: EvaluationResult, image_id: str, message: str) -> None:
     result.failures[image_id] = message
     log.error("%s: %s", image_id, message)
-
-
-def mask_id(path: Path) -> str:
-    """Image ID of a mask file: its stem without one of :data:`ID_SUFFIXES`."""
-    stem = path.stem
-    for suffix in ID_SUFFIXES:
-        if stem.endswith(suffix) and len(stem) > len(suffix):
-            return stem[: -len(suffix)]
-    return stem
-
-
-def index_masks(folder: Path) -> dict[str, Path]:
-    """Mask files of ``folder`` by image ID (first file wins on a duplicate ID, with a warning)."""
-    if not folder.is_dir():
-        raise FileNotFoundError(f"mask folder not found: {folder}")
-    masks: dict[str, Path] = {}
-    for path in sorted(folder.iterdir()):
-        if (
-            not path.is_file()
-            or path.suffix.lower() not in MASK_SUFFIXES
-            or path.name.startswith(".")
-            or path.stem.endswith(IGNORED_SUFFIXES)
-        ):
-            continue
-        key = mask_id(path)
-        if key in masks:
-            log.warning("%s: image ID %r already taken by %s; ignored", path, key, masks[key].name)
-            continue
-        masks[key] = path
-    return masks
-
-
-def pair_image_folder(images: Path, masks: Path) -> list[Sample]:
-    """Images of ``images`` paired with masks of ``masks`` by image ID (as ``skinet evaluate``).
-
-    An image without a mask is skipped with a warning.
-    """
-    if not images.is_dir():
-        raise FileNotFoundError(f"image folder not found: {images}")
-    by_id = index_masks(masks)
-    samples, unmatched = [], []
-    for path in list_images(images):
-        if path.stem in by_id:
-            samples.append(Sample(path.stem, path, by_id[path.stem]))
-        else:
-            unmatched.append(path.name)
-    if unmatched:
-        log.warning(
-            "%d image(s) without a mask in %s skipped: %s", len(unmatched), masks, unmatched[:5]
-        )
-    if not samples:
-        raise DatasetError(f"no image in {images} has a mask in {masks} (paired by file stem)")
-    return samples
-
-
-def evaluate_mask_folders(
-    predictions: Path,
-    ground_truth: Path,
-    pixel_spacing_mm: float | Sequence[float] | None = None,
-    gallery_size: int = 0,
-    gallery_order: str = "jaccard",
-) -> EvaluationResult:
-    """Score predicted masks against ground-truth masks, paired by image ID.
-
-    IDs are file stems without ``_mask``/``_segmentation``/... (:data:`ID_SUFFIXES`), so
-    ``ISIC_1_mask.png`` pairs with ``ISIC_1_segmentation.png``. A ground truth without a
-    prediction is a failure; a prediction without a ground truth is only warned about.
-    ``pixel_spacing_mm`` and ``gallery_size`` as in :func:`evaluate_predictor` (the gallery
-    draws the contours on a dark canvas: there are no images here).
-    """
-    preds, targets = index_masks(predictions), index_masks(ground_truth)
-    if not targets:
-        raise DatasetError(f"no ground-truth masks in {ground_truth}")
-    if not set(preds) & set(targets):
-        raise DatasetError(
-            f"no prediction in {predictions} has the ID of a ground-truth mask in {ground_truth} "
-            f"({len(preds)} prediction(s), e.g. {sorted(preds)[:3]}; ground-truth IDs e.g. "
-            f"{sorted(targets)[:3]}). IDs are file stems without {', '.join(ID_SUFFIXES)}; "
-            "nothing was written."
-        )
-    extra = sorted(set(preds) - set(targets))
-    if extra:
-        log.warning("%d prediction(s) without ground truth ignored: %s", len(extra), extra[:5])
-    result = _new_result(
-        pixel_spacing_mm,
-        gallery_size,
-        gallery_order,
-        predictions=str(predictions),
-        ground_truth=str(ground_truth),
-    )
-    for image_id, target_path in targets.items():
-        if image_id not in preds:
-            _fail(result, image_id, f"no prediction for {target_path.name} in {predictions}")
-            continue
-        try:
-            pred, target = read_mask(preds[image_id]), read_mask(target_path)
-        except (DecodeError, OSError) as error:
-            _fail(result, image_id, str(error))
-            continue
-        _score(result, image_id, pred, target)
-    return result
 
 
 def write_evaluation(result: EvaluationResult, output_dir: Path) -> dict[str, Path]:

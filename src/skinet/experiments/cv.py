@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +28,7 @@ from skinet.datasets.locate import index_dataset
 from skinet.datasets.splits import write_split_file
 from skinet.experiments.mlflow_parent import start_group_run
 from skinet.experiments.search_space import config_with_overrides
-from skinet.experiments.seeds import summary_metric_names
-from skinet.experiments.summary import print_table, write_csv, write_json
+from skinet.experiments.summary import print_table, summarize_runs, write_csv, write_json
 from skinet.tracking import runs as tracking_runs
 from skinet.tracking.mlflow_utils import resolve_tracking_uri
 
@@ -229,12 +227,7 @@ def _summarise(
     skipped: list[int],
 ) -> CvResult:
     monitor = cfg.sweep.monitor
-    names = summary_metric_names(monitor, list(per_fold.values()))
-    mean, std = {}, {}
-    for metric in names:
-        values = [per_fold[f][metric] for f in sorted(per_fold)]
-        mean[metric] = statistics.fmean(values)
-        std[metric] = statistics.stdev(values) if len(values) > 1 else 0.0
+    mean, std = summarize_runs(monitor, per_fold)
     cv = CvResult(cv_dir, monitor, per_fold, mean, std, checkpoints, parent, skipped)
     write_csv(cv_dir / "cv_results.csv", cv.rows())
     write_json(

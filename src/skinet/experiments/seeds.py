@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,7 +13,7 @@ from skinet.config.errors import UsageError
 from skinet.config.experiment import ExperimentConfig
 from skinet.experiments.mlflow_parent import start_group_run
 from skinet.experiments.search_space import config_with_overrides
-from skinet.experiments.summary import markdown_table, print_table, write_json
+from skinet.experiments.summary import markdown_table, print_table, summarize_runs, write_json
 from skinet.tracking import runs as tracking_runs
 from skinet.tracking.mlflow_utils import resolve_tracking_uri
 
@@ -48,26 +47,6 @@ class SeedsSummary:
         ]
 
 
-def summary_metric_names(monitor: str, runs: Sequence[dict[str, float]]) -> list[str]:
-    """The monitor, then every ``test_*`` metric that all runs logged."""
-    names = [monitor] if all(monitor in m for m in runs) else []
-    tests = sorted({k for m in runs for k in m if k.startswith("test_")})
-    return names + [k for k in tests if all(k in m for m in runs)]
-
-
-def compute_seed_summary(
-    monitor: str, per_seed: dict[int, dict[str, float]]
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Mean and sample standard deviation (``ddof=1``; 0 for one seed) of each summary metric."""
-    runs = list(per_seed.values())
-    mean, std = {}, {}
-    for name in summary_metric_names(monitor, runs):
-        values = [float(m[name]) for m in runs]
-        mean[name] = statistics.fmean(values)
-        std[name] = statistics.stdev(values) if len(values) > 1 else 0.0
-    return mean, std
-
-
 def run_seeds(
     cfg: ExperimentConfig,
     seeds: Sequence[int],
@@ -98,7 +77,7 @@ def run_seeds(
         run_ids[seed] = result.mlflow_run_id
 
     monitor = cfg.sweep.monitor
-    mean, std = compute_seed_summary(monitor, per_seed)
+    mean, std = summarize_runs(monitor, per_seed)
     summary = SeedsSummary(monitor, list(seeds), per_seed, mean, std, run_ids)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(cfg.train.output_dir)

@@ -1,10 +1,12 @@
-"""Tables of experiment results: rich on the console, Markdown, CSV and JSON on disk."""
+"""The summary of an experiment's runs: mean and std of their metrics, and tables of them (rich on
+the console, Markdown, CSV and JSON on disk)."""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -66,3 +68,24 @@ def print_table(title: str, rows: Sequence[Mapping[str, Any]]) -> None:
     for row in rows:
         table.add_row(*(format_value(row.get(c)) for c in columns))
     Console().print(table)
+
+
+def summary_metric_names(monitor: str, runs: Sequence[Mapping[str, float]]) -> list[str]:
+    """The monitor, then every ``test_*`` metric that all runs logged."""
+    names = [monitor] if all(monitor in m for m in runs) else []
+    tests = sorted({k for m in runs for k in m if k.startswith("test_")})
+    return names + [k for k in tests if all(k in m for m in runs)]
+
+
+def summarize_runs(
+    monitor: str, per_run: Mapping[int, Mapping[str, float]]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Mean and sample standard deviation (``ddof=1``; 0 for one run) of each summary metric
+    over the runs (seeds, folds), keyed by their number."""
+    runs = [per_run[key] for key in sorted(per_run)]
+    mean, std = {}, {}
+    for name in summary_metric_names(monitor, runs):
+        values = [float(m[name]) for m in runs]
+        mean[name] = statistics.fmean(values)
+        std[name] = statistics.stdev(values) if len(values) > 1 else 0.0
+    return mean, std

@@ -7,11 +7,12 @@ prediction in an install without the training extra.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from skinet.config.data import NormalizationMode
     from skinet.config.experiment import ExperimentConfig
 
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 class Normalizer:
     """uint8 RGB (H, W, 3) -> float32 (3, H, W), by fixed mean/std or per image and channel."""
 
-    mode: Literal["standard", "image_per_channel"]
+    mode: NormalizationMode
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
     eps: float = 1e-6

@@ -24,16 +24,13 @@ original size (0 in the cut-off border).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 import cv2
 import numpy as np
 
-from skinet.config.data import DataConfig
+from skinet.config.data import ColorConstancy, DataConfig, ResizeMode
 from skinet.config.experiment import ExperimentConfig
-
-ColorConstancy = Literal["none", "shades_of_gray"]
-ResizeMode = Literal["squash", "letterbox"]
 
 SHADES_OF_GRAY_POWER = 6
 """Minkowski norm of the shades-of-gray illuminant estimate (Finlayson & Trezzi, 2004)."""

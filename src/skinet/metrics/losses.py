@@ -7,13 +7,11 @@ needs probabilities (soft Dice), so BCE keeps the numerically stable log-sum-exp
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-LossName = Literal["BCE", "DICE", "BCE_DICE"]
+from skinet.config.train import LossName
 
 
 def _check_shapes(logits: Tensor, masks: Tensor) -> None:

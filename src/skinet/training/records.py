@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+CONFIG_FILE = "config.yaml"
+"""The run folder's config: as written, then what it resolved to (``RESOLVED``)."""
+METRICS_FILE = "metrics.json"
+"""The run folder's final metrics, written once the test is done."""
+
 
 def write_run_records(
     cfg: ExperimentConfig,

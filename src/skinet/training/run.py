@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -17,8 +15,7 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 
-from skinet.checkpoints.format import CheckpointError, CheckpointPayload
-from skinet.checkpoints.read import read_checkpoint_file
+from skinet.checkpoints.format import CheckpointPayload
 from skinet.config.experiment import RESOLVED_KEY, ExperimentConfig, parse_config
 from skinet.runtime.allocator import malloc_tuning, untuned_hint
 from skinet.runtime.devices import TrainSettings, resolve_train_settings
@@ -31,117 +28,21 @@ from skinet.training.callbacks.resume import ResumeStateCallback
 from skinet.training.callbacks.setup import setup_logging_and_callbacks
 from skinet.training.data.loaders import build_dataloaders
 from skinet.training.data.visualize import visualize_augmented_data
+from skinet.training.guards import check_output_dir, out_of_memory_error
 from skinet.training.init_from import load_init_weights, read_init_source
 from skinet.training.lightning_model import LightningModel, check_attention_upsample
-from skinet.training.records import RunResult, write_run_records
+from skinet.training.records import CONFIG_FILE, METRICS_FILE, RunResult, write_run_records
 from skinet.training.reproducibility import configure_reproducibility
-from skinet.training.resume_changes import refusal_message, refused_changes
+from skinet.training.resume import (
+    ResumeError,
+    check_resume,
+    find_last_checkpoint,
+    refusal_message,
+    refused_changes,
+)
 from skinet.training.signals import RunInterrupted, stop_on_signals
 
 log = logging.getLogger(__name__)
-
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.json"
-
-
-class ResumeError(ValueError):
-    """A checkpoint to resume from is missing, unreadable or already past ``max_epochs``."""
-
-
-def find_last_checkpoint(output_dir: str | Path, experiment_name: str | None = None) -> Path:
-    """The newest ``checkpoints/last.ckpt`` among the run folders in ``output_dir``.
-
-    Args:
-        output_dir: Folder holding the run folders.
-        experiment_name: Only consider runs whose ``config.yaml`` has this
-            ``TRAIN_CONFIG.experiment_name`` (``None``: every run).
-    """
-    candidates = sorted(
-        (
-            path
-            for path in Path(output_dir).glob("*/checkpoints/last*.ckpt")
-            if experiment_name is None or _experiment_of(path.parent.parent) == experiment_name
-        ),
-        key=lambda p: p.stat().st_mtime,
-    )
-    if not candidates:
-        of = f" of experiment {experiment_name!r}" if experiment_name is not None else ""
-        raise ResumeError(
-            f"--resume last: no checkpoints/last.ckpt{of} under "
-            f"{Path(output_dir).resolve()}; pass the checkpoint path instead"
-        )
-    return candidates[-1]
-
-
-def _experiment_of(run_dir: Path) -> str | None:
-    """``TRAIN_CONFIG.experiment_name`` in a run folder's ``config.yaml`` (``None``: unreadable)."""
-    try:
-        saved = yaml.safe_load((run_dir / CONFIG_FILE).read_text())
-        return str(saved["TRAIN_CONFIG"]["experiment_name"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return None
-
-
-def _check_resume(checkpoint_path: Path, max_epochs: int, run_dir: Path) -> dict[str, Any]:
-    """The checkpoint's contents, or a ResumeError when it is unreadable or its run is complete.
-
-    A checkpoint whose training already reached ``max_epochs`` is accepted while its run has no
-    ``metrics.json`` (killed between the last epoch and the end of the test): resuming it runs
-    the test and completes the run.
-    """
-    if not checkpoint_path.is_file():
-        raise ResumeError(f"checkpoint to resume from not found: {checkpoint_path}")
-    try:
-        checkpoint = read_checkpoint_file(checkpoint_path)
-    except CheckpointError as error:
-        others = sorted(
-            p for p in checkpoint_path.parent.glob("*.ckpt") if p.name != checkpoint_path.name
-        )
-        hint = f" Checkpoints beside it: {', '.join(p.name for p in others)}." if others else ""
-        raise ResumeError(f"--resume: {error}{hint}") from None
-    done = int(checkpoint.get("epoch", -1)) + 1
-    if done >= max_epochs:
-        if not (run_dir / METRICS_FILE).is_file():
-            log.info(
-                "training of %s already ended after %d epoch(s); testing its best checkpoint "
-                "to finish the run",
-                run_dir.name,
-                done,
-            )
-            return checkpoint
-        raise ResumeError(
-            f"{checkpoint_path} has already trained {done} epoch(s) and TRAIN_CONFIG.max_epochs is "
-            f"{max_epochs}: nothing left to train. Set TRAIN_CONFIG.max_epochs above {done} "
-            f"(e.g. --set TRAIN_CONFIG.max_epochs={done + 10}) to continue."
-        )
-    log.info("resuming run %s from %s (%d epoch(s) done)", run_dir.name, checkpoint_path, done)
-    return checkpoint
-
-
-def check_output_dir(output_dir: Path) -> None:
-    """Say why ``TRAIN_CONFIG.output_dir`` cannot hold runs, before anything starts.
-
-    The folder itself, or the nearest existing folder above it, is probed with a temporary
-    folder that is removed at once: nothing is left behind.
-
-    Raises:
-        ValueError: It is a file, or it cannot be created or written to.
-    """
-    where = f"TRAIN_CONFIG.output_dir {output_dir}"
-    existing = output_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        what = "is a file" if existing == output_dir else f"is inside the file {existing}"
-        raise ValueError(f"{where} {what}, not a folder: give a folder for the run folders")
-    try:
-        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".skinet-write-check-"))
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise ValueError(
-            f"{where} cannot be written to ({reason}): give a folder you can write to, e.g. "
-            "--set TRAIN_CONFIG.output_dir=runs"
-        ) from None
 
 
 def write_config_file(path: Path, cfg: ExperimentConfig, settings: TrainSettings) -> None:
@@ -258,7 +159,7 @@ def run_training(
             run_dir = resume_path.parent.parent
             run_name = run_dir.name
         payload = CheckpointPayload.from_checkpoint(
-            _check_resume(resume_path, train_cfg.max_epochs, run_dir), str(resume_path)
+            check_resume(resume_path, train_cfg.max_epochs, run_dir), str(resume_path)
         )
         check_attention_upsample(payload, cfg)  # before any run or folder is made
         source = f"{resume_path} (checkpoint config)"
@@ -275,7 +176,7 @@ def run_training(
     try:
         model = LightningModel(cfg.to_yaml_dict(), resolved=settings.as_dict())
     except RuntimeError as error:
-        oom = _out_of_memory(error, cfg, "building the model")
+        oom = out_of_memory_error(error, cfg, "building the model")
         if oom is None:
             raise
         raise oom from error
@@ -340,7 +241,9 @@ def run_training(
                 logger.finalize("success")
     except BaseException as error:
         _record_stop(cfg, loggers, error)
-        oom = _out_of_memory(error, cfg, "training") if isinstance(error, RuntimeError) else None
+        oom = (
+            out_of_memory_error(error, cfg, "training") if isinstance(error, RuntimeError) else None
+        )
         if oom is None:
             raise
         raise oom from error
@@ -367,33 +270,6 @@ def best_epoch_metrics(
         return last
     rest = {k: v for k, v in last.items() if not k.startswith("val_")}
     return {**rest, **history.history[epoch], "best_epoch": float(epoch)}
-
-
-class OutOfMemoryError(ValueError):
-    """The run ran out of memory; the message says which settings to lower."""
-
-
-def _out_of_memory(
-    error: RuntimeError, cfg: ExperimentConfig, doing: str
-) -> OutOfMemoryError | None:
-    """An :class:`OutOfMemoryError` saying what to lower for an out-of-memory ``error``
-    (``None`` for any other error)."""
-    text = str(error)
-    if not (
-        isinstance(error, torch.OutOfMemoryError)
-        or "out of memory" in text
-        or "can't allocate memory" in text
-    ):
-        return None
-    first = next((line.strip() for line in text.splitlines() if "memory" in line), text)
-    train, data, model = cfg.train, cfg.data, cfg.model
-    return OutOfMemoryError(
-        f"out of memory while {doing} ({first[:200]}). Lower what the run holds at once: "
-        f"TRAIN_CONFIG.batch_size (now {train.batch_size}), DATA_CONFIG.image_size (now "
-        f"{data.image_size}), MODEL_CONFIG.out_channels_layer1 (now "
-        f"{model.out_channels_layer1}) or number_of_layers (now {model.number_of_layers}); on "
-        "a GPU, TRAIN_CONFIG.precision: 16-mixed halves the activations"
-    )
 
 
 def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException) -> None:

@@ -167,6 +167,7 @@ def test_embedded_sqlite_store(
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
 
 
+@pytest.mark.process
 def test_server_with_nested_run(
     server: LocalServer,
     tmp_path: Path,

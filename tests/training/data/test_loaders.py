@@ -98,6 +98,7 @@ def test_augmentation_reproducible_for_a_seed(tiny_raw) -> None:
     assert not torch.equal(run(1), run(2))
 
 
+@pytest.mark.process
 def test_workers_get_distinct_reproducible_streams(tiny_raw) -> None:
     raw = _with_train(tiny_raw, num_workers=2, batch_size=1)
     raw["DATA_CONFIG"]["synthetic_num_train"] = 8

@@ -69,7 +69,7 @@ class ResumeStateCallback(Callback):
       ``patience`` (Lightning restores all of them from the checkpoint), and a run whose
       restored early-stopping state already meets the patience stops before training another
       epoch. Settings a resume cannot apply (the learning rate, the optimizer, the model, ...)
-      are refused before the run starts (:mod:`skinet.training.resume_changes`).
+      are refused before the run starts (:mod:`skinet.training.resume`).
 
     Args:
         cfg: The run's config (the current one, not the checkpoint's).
