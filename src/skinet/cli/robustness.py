@@ -7,16 +7,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from skinet.cli import inference as model_options
 from skinet.cli.arguments import DATASET_NAMES
 from skinet.cli.evaluation import recorded_split, refuse_leak
-from skinet.cli.inference import (
-    CHECKPOINTS,
-    add_leak_option,
-    add_model_options,
-    build_predictor,
-    checkpoint_info,
-    report_failures,
-)
 
 log = logging.getLogger("skinet")
 
@@ -43,7 +36,7 @@ def run_robustness(args: argparse.Namespace) -> int:
     except ValueError as error:
         log.error("--shifts: %s", error)
         return 2
-    predictor = build_predictor(args)
+    predictor = model_options.build_predictor(args)
     if args.images is not None:
         samples = pair_image_folder(args.images, args.masks)
         where = {"images": str(args.images), "masks": str(args.masks)}
@@ -56,7 +49,7 @@ def run_robustness(args: argparse.Namespace) -> int:
     log.info("%d image(s) x %d conditions (seed %d)", len(samples), len(shifts) + 1, args.seed)
     result = evaluate_under_shifts(predictor, samples, shifts, seed=args.seed)
     result.info.update(
-        checkpoint=checkpoint_info(args),
+        checkpoint=model_options.checkpoint_info(args),
         **where,
         threshold=predictor.threshold,
         image_size=predictor.image_size,
@@ -67,7 +60,7 @@ def run_robustness(args: argparse.Namespace) -> int:
     paths = write_robustness(result, args.output)
     print_robustness_table(result)
     log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
-    report_failures(result.failures, "images", len(samples))
+    model_options.report_failures(result.failures, "images", len(samples))
     return result.exit_code
 
 
@@ -78,7 +71,7 @@ def add_robustness_subcommand(subparsers: Any) -> None:
     robustness = subparsers.add_parser(
         "robustness", help="mean per-image Jaccard of a checkpoint under device-like shifts"
     )
-    robustness.add_argument("--checkpoint", required=True, **CHECKPOINTS)
+    robustness.add_argument("--checkpoint", required=True, **model_options.CHECKPOINTS)
     robustness.add_argument(
         "--data", type=Path, help="dataset folder (default: the checkpoint's DATA_CONFIG)"
     )
@@ -101,6 +94,6 @@ def add_robustness_subcommand(subparsers: Any) -> None:
         "--seed", type=int, default=0, help="seed of the random parts of the shifts"
     )
     robustness.add_argument("--output", required=True, type=Path, help="folder for the reports")
-    add_model_options(robustness)
-    add_leak_option(robustness)
+    model_options.add_model_options(robustness)
+    model_options.add_leak_option(robustness)
     robustness.set_defaults(func=run_robustness)

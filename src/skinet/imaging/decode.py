@@ -19,7 +19,6 @@ from skinet.imaging.preprocess import (
     compute_placement,
     preprocess_pair,
 )
-from skinet.imaging.preprocess import resize_image as resize_image  # importable from here as before
 
 MASK_THRESHOLD = 128
 """Anti-aliased 8-bit masks are binarised at this value."""

@@ -18,12 +18,8 @@ from skinet.config.experiment import ExperimentConfig
 from skinet.datasets.cache import load_or_build_split, resolve_cache_dir
 from skinet.datasets.decoded import DecodedSplit, decode_split
 from skinet.datasets.layouts import Sample
-
-# index_dataset, resolve_root and verify_dataset stay importable from here, as before the split.
-from skinet.datasets.locate import index_dataset as index_dataset
-from skinet.datasets.locate import resolve_root as resolve_root
+from skinet.datasets.locate import index_dataset
 from skinet.datasets.verify import decode_problems, split_problems
-from skinet.datasets.verify import verify_dataset as verify_dataset
 from skinet.imaging.errors import DatasetError, Problem
 from skinet.imaging.normalize import build_normalizer
 from skinet.imaging.preprocess import Preprocessing, build_preprocessing
