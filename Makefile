@@ -1,5 +1,5 @@
 # make run   : set up .venv, train + test on the built-in synthetic data, print where results are
-# make test  : set up .venv, lint (ruff), type-check (mypy), build the docs, run the test suite
+# make test  : set up .venv, lint (ruff, the import layers), type-check (mypy), build the docs, run the test suite
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -28,6 +28,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

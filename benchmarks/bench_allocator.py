@@ -3,7 +3,7 @@
 Each round trains the same config twice, from the command line a user types
 (``python -m skinet train``), in a fresh process each time: once as shipped (the command
 restarts itself with ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647``, see
-``skinet/allocator.py``) and once with ``SKINET_MALLOC_TUNING=0`` (glibc's defaults). The
+``skinet/runtime/allocator.py``) and once with ``SKINET_MALLOC_TUNING=0`` (glibc's defaults). The
 order alternates every round. Figures: training images/s of a step (the median
 ``perf/samples_per_sec`` the run logged to MLflow at every step) and over the whole fit
 (``fit_seconds`` of the run's ``metrics.json``: validation, checkpoints and start-up included),
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from skinet.allocator import MALLOC_ENV, OPT_OUT
+from skinet.runtime.allocator import MALLOC_ENV, OPT_OUT
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = ("tuned", "untuned")

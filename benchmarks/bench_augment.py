@@ -29,8 +29,8 @@ import numpy as np
 import torch
 import yaml
 
-from skinet.allocator import reexec_with_malloc_env
-from skinet.config import load_config
+from skinet.config.experiment import load_config
+from skinet.runtime.allocator import reexec_with_malloc_env
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,7 +42,7 @@ Pairs = list[tuple[np.ndarray, np.ndarray]]
 
 def synthetic_images(count: int, size: int) -> Pairs:
     """Images and masks as the cache holds them: uint8 RGB ``(size, size, 3)``, ``(size, size)``."""
-    from skinet.data.synthetic import make_synthetic_sample
+    from skinet.datasets.synthetic import make_synthetic_sample
 
     pairs = []
     for index in range(count):
@@ -84,9 +84,9 @@ def main() -> None:
 
     import albumentations as A
 
-    from skinet.data.augment import resolve_transform_class
-    from skinet.data.transforms import build_train_transform
-    from skinet.models import UNet2D, uses_channels_last
+    from skinet.augment.cpu import build_train_transform, resolve_transform_class
+    from skinet.models.layers import uses_channels_last
+    from skinet.models.unet2d import UNet2D
 
     pairs = synthetic_images(args.images, size)
     print(

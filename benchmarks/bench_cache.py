@@ -38,10 +38,10 @@ import json, sys, time
 from pathlib import Path
 import numpy as np
 import psutil
-from skinet.data.cache import load_or_build_split
-from skinet.data.dataset import decode_split
-from skinet.data.layouts import read_layout
-from skinet.data.preprocess import Preprocessing
+from skinet.datasets.cache import load_or_build_split
+from skinet.datasets.decoded import decode_split
+from skinet.datasets.layouts import read_layout
+from skinet.imaging.preprocess import Preprocessing
 
 root, cache, size, mode, barrier, name, reduced = sys.argv[1:8]
 reduced = reduced == "1"
@@ -82,8 +82,8 @@ def make_isic_like(
     """``count`` full-resolution JPEG/PNG pairs in the ISIC 2017 training folders of ``root``."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from skinet.data.layouts import ISIC2017_FOLDERS
-    from skinet.data.synthetic import make_synthetic_sample
+    from skinet.datasets.layouts import ISIC2017_FOLDERS
+    from skinet.datasets.synthetic import make_synthetic_sample
 
     image_dir, mask_dir = (root / name for name in ISIC2017_FOLDERS["train"])
     for folder in (image_dir, mask_dir, *(root / n for n in ISIC2017_FOLDERS["val"])):

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from skinet.allocator import reexec_with_malloc_env
+from skinet.runtime.allocator import reexec_with_malloc_env
 
 
 def _worker_memory_mb() -> tuple[float, float]:
@@ -41,7 +41,7 @@ def _worker_memory_mb() -> tuple[float, float]:
 
 def bench_loader(cfg, epochs: int) -> tuple[float, list[tuple[float, float]], float]:
     """Images/s over epochs 2.. (epoch 1 pays worker start-up), memory per epoch, cache MB."""
-    from skinet.data import build_dataloaders
+    from skinet.training.data.loaders import build_dataloaders
 
     loaders = build_dataloaders(cfg)
     loader = loaders.train
@@ -70,7 +70,7 @@ def bench_model(cfg, steps: int, device: str = "cpu") -> float | None:
     ``channels_last`` follows the config, as in training; the clock waits for the GPU.
     """
     try:
-        from skinet.models import UNet2D
+        from skinet.models.unet2d import UNet2D
     except ImportError:
         return None
     import torch
@@ -125,7 +125,7 @@ def main() -> None:
 
     import torch
 
-    from skinet.config import parse_config
+    from skinet.config.experiment import parse_config
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     data_root = Path(tempfile.mkdtemp(prefix="bench_dataloader_"))
@@ -152,7 +152,7 @@ def main() -> None:
         )
 
     start = time.perf_counter()
-    from skinet.data.roots import resolve_root
+    from skinet.datasets.locate import resolve_root
 
     resolve_root(config(True, 0))
     print(
@@ -173,7 +173,7 @@ def main() -> None:
     goal = results.get((True, 2))
     model_speed = bench_model(config(True, 0), args.model_steps)
     if model_speed is None:
-        print("skinet.models.UNet2D not importable: model comparison skipped")
+        print("skinet.models.unet2d.UNet2D not importable: model comparison skipped")
     elif goal is not None:
         verdict = "keeps up with" if goal >= model_speed else "is SLOWER than"
         print(

@@ -4,7 +4,8 @@ Both paths make the same batches of the robust recipe (``configs/transforms_robu
 256 px from the same RAM-cached synthetic split: the worker pipeline is the training
 ``RepeatDataLoader`` (albumentations in ``--workers`` processes, then normalisation and
 collation); the device path is the index loader of ``augment_on: device`` with each batch
-gathered, augmented and normalised by :class:`~skinet.data.device_split.DeviceResidentSplit`
+gathered, augmented and normalised by
+:class:`~skinet.training.data.device_split.DeviceResidentSplit`
 on ``--device`` (CPU tensors by default; ``cuda`` on a GPU machine, where the default
 ``UNet2D``'s training images/s is printed beside them, as in ``bench_dataloader.py``).
 
@@ -31,14 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_dataloader import bench_model  # noqa: E402
 
-from skinet.allocator import reexec_with_malloc_env  # noqa: E402
+from skinet.runtime.allocator import reexec_with_malloc_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def time_worker_pipeline(cfg, epochs: int) -> float:
     """Images/s of the training ``RepeatDataLoader`` over epochs 2.. (epoch 1 starts workers)."""
-    from skinet.data import build_dataloaders
+    from skinet.training.data.loaders import build_dataloaders
 
     loader = build_dataloaders(cfg, world_size=1).train
     images, elapsed = 0, 0.0
@@ -56,8 +57,8 @@ def time_device_path(cfg, epochs: int, device: str) -> float:
     """Images/s of index batches turned into augmented batches on ``device``, epochs 2.."""
     import torch
 
-    from skinet.data import build_dataloaders
-    from skinet.data.device_split import find_device_split
+    from skinet.training.data.device_split import find_device_split
+    from skinet.training.data.loaders import build_dataloaders
 
     loader = build_dataloaders(cfg, world_size=1).train
     split = find_device_split(loader)
@@ -107,8 +108,8 @@ def main() -> None:
 
     import torch
 
-    from skinet.config import parse_config
-    from skinet.data.loaders import resolve_root
+    from skinet.config.experiment import parse_config
+    from skinet.datasets.locate import resolve_root
 
     torch.set_num_threads(max(1, args.threads))
     data_root = Path(tempfile.mkdtemp(prefix="bench_device_augment_"))

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skinet.allocator import reexec_with_malloc_env
+from skinet.runtime.allocator import reexec_with_malloc_env
 
 VARIANTS = ("skinet", "skinet-nolog", "lightning-min")
 GOAL = 0.95  # whole training epochs: SkiNet within 5% of the bare loop
@@ -127,12 +127,13 @@ def main() -> None:
     import yaml
     from lightning.pytorch.callbacks import Callback
 
-    from skinet.callbacks import setup_logging_and_callbacks
-    from skinet.config import parse_config
-    from skinet.data import build_dataloaders
-    from skinet.models import UNet2D, compile_model
+    from skinet.checkpoints.state_dict import compile_model
+    from skinet.config.experiment import parse_config
+    from skinet.metrics.losses import build_loss
+    from skinet.models.unet2d import UNet2D
+    from skinet.training.callbacks.setup import setup_logging_and_callbacks
+    from skinet.training.data.loaders import build_dataloaders
     from skinet.training.lightning_model import LightningModel
-    from skinet.training.losses import build_loss
     from skinet.training.run import build_trainer
 
     for name in ("lightning", "lightning.pytorch", "lightning.fabric", "mlflow"):

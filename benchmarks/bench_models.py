@@ -25,8 +25,11 @@ import psutil
 import torch
 from torch import nn
 
-from skinet.allocator import reexec_with_malloc_env
-from skinet.models import ENCODER_BLOCKS, MERGE_BLOCKS, UNet2D, compile_model, count_parameters
+from skinet.checkpoints.state_dict import compile_model, count_parameters
+from skinet.models.encoder_blocks import ENCODER_BLOCKS
+from skinet.models.merge_blocks import MERGE_BLOCKS
+from skinet.models.unet2d import UNet2D
+from skinet.runtime.allocator import reexec_with_malloc_env
 
 
 @dataclass

@@ -13,7 +13,7 @@ form's ratio to batch norm in its faster memory format. The forms:
 - ``batch``: ``nn.BatchNorm2d``;
 - ``instance2d``: ``nn.InstanceNorm2d(C, affine=True)``;
 - ``groupCC``: ``nn.GroupNorm(C, C)``, the same function (and the same state-dict keys);
-- ``instance``: what ``MODEL_CONFIG.norm: instance`` builds (``skinet.models.InstanceNorm``).
+- ``instance``: what ``MODEL_CONFIG.norm: instance`` builds (``skinet.models.layers.InstanceNorm``).
 
 Each with ``channels_last`` off and on. Runs on CUDA when available (``--device``), else CPU.
 Asserts nothing: ``skinet.models.layers`` records the choice this measures.
@@ -30,9 +30,9 @@ from functools import partial
 import torch
 from torch import nn
 
-from skinet.allocator import reexec_with_malloc_env
-from skinet.models import UNet2D
 from skinet.models.layers import InstanceNorm
+from skinet.models.unet2d import UNet2D
+from skinet.runtime.allocator import reexec_with_malloc_env
 
 FORMS: dict[str, Callable[[int], nn.Module]] = {
     "batch": nn.BatchNorm2d,

@@ -35,18 +35,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from skinet.allocator import reexec_with_malloc_env
-from skinet.config import ExperimentConfig, parse_config
-from skinet.inference import Predictor
-from skinet.inference.export import ProbabilityModel, export_onnx, export_torchscript, load_exported
+from skinet.config.experiment import ExperimentConfig, parse_config
+from skinet.inference.export import (
+    ProbabilityModel,
+    export_onnx,
+    export_torchscript,
+    load_exported,
+)
+from skinet.inference.predictor import Predictor
 from skinet.inference.tta import FLIPS
+from skinet.runtime.allocator import reexec_with_malloc_env
 
 ProbsFn = Callable[[torch.Tensor], torch.Tensor]
 
 
 def make_checkpoint(folder: Path, image_size: int) -> Path:
     """A checkpoint in the training format for the default model, with random weights."""
-    from skinet.models import UNet2D
+    from skinet.models.unet2d import UNet2D
 
     cfg: ExperimentConfig = parse_config({"DATA_CONFIG": {"image_size": image_size}})
     model = UNet2D(**cfg.model.model_dump())

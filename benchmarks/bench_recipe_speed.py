@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import yaml
 
-from skinet.allocator import MALLOC_ENV, reexec_with_malloc_env
+from skinet.runtime.allocator import MALLOC_ENV, reexec_with_malloc_env
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -94,8 +94,9 @@ def fit_rate(
 
 def model_rate(config: Path, overrides: dict[str, Any], steps: int) -> float:
     """Model-only training-step images/s of the config's UNet2D, as training lays it out."""
-    from skinet.config import load_config
-    from skinet.models import UNet2D, uses_channels_last
+    from skinet.config.experiment import load_config
+    from skinet.models.layers import uses_channels_last
+    from skinet.models.unet2d import UNet2D
 
     cfg = load_config(config, overrides)
     torch.manual_seed(0)
@@ -124,7 +125,7 @@ def main() -> None:
         help="another variant besides 'shipped' and 'batch' (repeatable)",
     )
     args = parser.parse_args()
-    from skinet.data.synthetic import make_synthetic_dataset
+    from skinet.datasets.synthetic import make_synthetic_dataset
 
     variants = {"shipped": {}, REFERENCE: {"MODEL_CONFIG.norm": "batch"}}
     variants.update(parse_variant(text) for text in args.variant)

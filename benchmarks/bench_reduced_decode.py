@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from skinet.config import parse_config
-from skinet.data.loaders import build_dataset
-from skinet.inference.checkpoint import build_model, load_checkpoint
-from skinet.inference.metrics import compute_mask_metrics
+from skinet.checkpoints.read import build_model, load_checkpoint
+from skinet.config.experiment import parse_config
+from skinet.metrics.masks import compute_mask_metrics
+from skinet.training.data.loaders import build_dataset
 
 
 def build_parser() -> argparse.ArgumentParser:

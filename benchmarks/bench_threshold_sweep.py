@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from skinet.training.thresholds import THRESHOLDS, ThresholdSweep, find_best_threshold
+from skinet.metrics.thresholds import THRESHOLDS, ThresholdSweep, find_best_threshold
 
 
 def make_batches(

@@ -53,8 +53,8 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from skinet.config import ExperimentConfig, load_config  # noqa: E402
-from skinet.data.synthetic import make_synthetic_dataset  # noqa: E402
+from skinet.config.experiment import ExperimentConfig, load_config  # noqa: E402
+from skinet.datasets.synthetic import make_synthetic_dataset  # noqa: E402
 from skinet.keys import MetricsKey  # noqa: E402
 
 PRODUCTION_CONFIG = HERE.parent / "configs" / "main_config.yaml"
@@ -273,8 +273,8 @@ def section_loader(args: argparse.Namespace, report: Report, data_root: Path) ->
 
 
 def section_predict(args: argparse.Namespace, report: Report) -> None:
-    from skinet.cli import main as skinet_main
-    from skinet.inference import Predictor
+    from skinet.cli.main import main as skinet_main
+    from skinet.inference.predictor import Predictor
 
     trained = [r.get("checkpoint") for r in report.data.get("train", {}).values()]
     checkpoint = next((Path(c) for c in trained if c and c != "None"), None)

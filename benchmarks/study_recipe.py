@@ -54,7 +54,7 @@ from typing import Any
 
 import yaml
 
-from skinet.allocator import MALLOC_ENV
+from skinet.runtime.allocator import MALLOC_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 ROBUST_TRANSFORMS = REPO / "configs" / "transforms_robust.yaml"
@@ -157,7 +157,7 @@ def run_cell(
     cell_dir.mkdir(parents=True)
     row: dict[str, Any] = {"budget": tag, "candidate": candidate, "seed": seed, "status": "failed"}
     env = {**os.environ, **MALLOC_ENV}
-    skinet = [sys.executable, "-m", "skinet.cli"]
+    skinet = [sys.executable, "-m", "skinet.cli.main"]
     train = [*skinet, "train", "--config", str(args.base_config), "--no-visualize"]
     train += as_set("TRAIN_CONFIG.output_dir", str(cell_dir))
     train += as_set("TRAIN_CONFIG.seed", seed)
@@ -210,7 +210,7 @@ def _train_images(run_dir: Path) -> int | None:
 def score_cell(args: argparse.Namespace, cell_dir: Path, row: dict[str, Any]) -> dict[str, Any]:
     """Score a trained cell's checkpoint on val + external sets, then the shift report."""
     # In this process: inference needs no isolation, and it saves an interpreter start per cell.
-    from skinet.cli import main as skinet_main
+    from skinet.cli.main import main as skinet_main
 
     checkpoint = row["checkpoint"]
     common = ["--checkpoint", checkpoint, "--device", args.device]
@@ -261,7 +261,7 @@ def score_cell(args: argparse.Namespace, cell_dir: Path, row: dict[str, Any]) ->
 
 def external_names(pairs: Sequence[str]) -> list[str]:
     """The names of ``--external NAME=IMAGES:MASKS`` values (checked by ``external_set``)."""
-    from skinet.config.arguments import external_set
+    from skinet.cli.arguments import external_set
 
     return [external_set(pair).name for pair in pairs]
 
@@ -466,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.data_dir is None or not args.data_dir.is_dir():
         raise SystemExit(f"--data-dir must be an existing folder, got {args.data_dir}")
-    from skinet.config.arguments import external_set
+    from skinet.cli.arguments import external_set
 
     for pair in args.external:  # every folder checked before the first cell trains
         try:

@@ -19,12 +19,12 @@ sys.path.insert(0, str(DOCS.parent / "src"))  # works without ``pip install -e .
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 import skinet  # noqa: E402
+import skinet.experiments  # noqa: E402, F401
 
 # Import the documented modules (and so MLflow, Lightning, Optuna) before autodoc starts: MLflow
 # imports FastAPI, whose pydantic models fail to build once autodoc has inspected pydantic's
 # ``BaseModel`` (an external interaction, not a SkiNet problem).
 import skinet.inference  # noqa: E402, F401
-import skinet.sweep  # noqa: E402, F401
 import skinet.training.run  # noqa: E402, F401
 
 project = "SkiNet"

@@ -6,7 +6,8 @@ Usage::
     python docs/gen_config_reference.py --check  # exit 1 if they are out of date
 
 The tables sit between the ``BEGIN``/``END`` markers below; everything outside them is written by
-hand. For every section of :class:`skinet.config.ExperimentConfig` (and every nested section,
+hand. For every section of :class:`skinet.config.experiment.ExperimentConfig` (and every nested
+section,
 such as ``TRAIN_CONFIG.lr_scheduler_config``) each field gets its type, constraints, default and
 the one-line docstring written under it in ``src/skinet/config/*.py``. Pydantic only keeps those
 docstrings with ``use_attribute_docstrings=True``, which the config models do not set, so they are
@@ -41,7 +42,7 @@ END = "<!-- END GENERATED CONFIG REFERENCE -->"
 if str(DOCS.parent / "src") not in sys.path:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(DOCS.parent / "src"))
 
-from skinet.config import ExperimentConfig  # noqa: E402
+from skinet.config.experiment import ExperimentConfig  # noqa: E402
 
 
 @cache

@@ -1,30 +1,71 @@
-"""Shared fixtures: a tiny CPU config and a small synthetic dataset on disk."""
+"""Shared fixtures: a tiny CPU config, a small synthetic dataset, layout trees and one trained
+checkpoint on disk."""
 
 from __future__ import annotations
 
-import importlib.util
+import multiprocessing.process
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cv2
+import numpy as np
 import pytest
+from tests.helpers.config import tiny_raw_config
+from tests.helpers.data_trees import build_official, write_pair
 
-from skinet.config import ExperimentConfig, parse_config
+from skinet.config.experiment import ExperimentConfig, parse_config
+from skinet.datasets.layouts import ISIC2017_FOLDERS, ISIC2018_FOLDERS
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
-"""CI installs every test dependency: there a missing one fails its tests instead of skipping."""
+
+PROCESS_MARKER = "process"
+"""One rule for the tests that start a process (a subprocess, a DDP rank, a server, DataLoader
+workers): they carry ``@pytest.mark.process`` (``heavy`` tests always do), so
+``pytest -m "not process"`` is the in-process suite. :func:`_processes_are_marked` enforces it."""
 
 
-def requires_modules(*modules: str) -> pytest.MarkDecorator:
-    """Skip where a test dependency is not installed, except in CI (``CI=true``), where the test
-    runs and fails on the missing import, so that a broken install cannot pass by skipping."""
-    missing = [name for name in modules if importlib.util.find_spec(name) is None]
-    return pytest.mark.skipif(
-        bool(missing) and not IN_CI, reason=f"missing test dependency: {', '.join(missing)}"
-    )
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("heavy") is not None:
+            item.add_marker(PROCESS_MARKER)
+
+
+@pytest.fixture(autouse=True)
+def _processes_are_marked(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Fail a test that starts a process without the ``process`` marker (``git``, which MLflow
+    asks for the source version, does not count)."""
+    if request.node.get_closest_marker(PROCESS_MARKER) is not None:
+        yield
+        return
+    started: list[str] = []
+    popen_init = subprocess.Popen.__init__
+    process_start = multiprocessing.process.BaseProcess.start
+
+    def popen(self: subprocess.Popen, args: Any, *rest: Any, **kwargs: Any) -> None:
+        argv = [args] if isinstance(args, str | os.PathLike) else list(args)
+        if Path(str(argv[0]).split()[0]).name != "git":
+            started.append(" ".join(map(str, argv))[:120])
+        popen_init(self, args, *rest, **kwargs)
+
+    def start(self: multiprocessing.process.BaseProcess) -> None:
+        started.append(f"multiprocessing {self.name}")
+        process_start(self)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", popen)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start)
+    yield
+    if started:
+        pytest.fail(
+            f"{request.node.nodeid} starts a process ({started[0]}) without the "
+            f"'{PROCESS_MARKER}' marker: add @pytest.mark.{PROCESS_MARKER}",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -36,36 +77,6 @@ def _restore_deterministic_mode() -> Iterator[None]:
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     yield
     torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-
-
-def tiny_raw_config(tmp_path: Path, data_dir: Path | None = None) -> dict[str, Any]:
-    """Plain-data config for a 32x32, 8-channel, 2-epoch CPU run writing under ``tmp_path``."""
-    return {
-        "TRAIN_CONFIG": {
-            "experiment_name": "tiny",
-            "output_dir": str(tmp_path / "runs"),
-            "batch_size": 4,
-            "num_workers": 0,
-            "max_epochs": 2,
-            "accelerator": "cpu",
-            "lr": 1e-3,
-            "system_metrics_interval_sec": 0.2,
-            "enable_progress_bar": False,
-            "num_sanity_val_steps": 0,
-            "log_every_n_steps": 1,
-        },
-        "MODEL_CONFIG": {"out_channels_layer1": 8, "number_of_layers": 3},
-        "DATA_CONFIG": {
-            "dataset": "synthetic" if data_dir is None else "isic2017",
-            "data_dir": str(data_dir or tmp_path / "synthetic"),
-            "image_size": 32,
-            "synthetic_num_train": 8,
-            "synthetic_num_val": 4,
-            "synthetic_num_test": 4,
-            "synthetic_image_size": 64,
-        },
-        "SWEEP_CONFIG": {"monitor": "val_best_dice_at_threshold"},
-    }
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -83,7 +94,7 @@ def _private_disk_cache(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def synthetic_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small synthetic dataset in the official ISIC 2017 layout (8/4/4 images, 64x64)."""
-    from skinet.data.synthetic import make_synthetic_dataset
+    from skinet.datasets.synthetic import make_synthetic_dataset
 
     root = tmp_path_factory.mktemp("synthetic_isic2017")
     make_synthetic_dataset(root, num_train=8, num_val=4, num_test=4, image_size=64, seed=0)
@@ -110,3 +121,60 @@ def tiny_raw(tmp_path: Path, synthetic_root: Path) -> dict[str, Any]:
 def tiny_config(tiny_raw: dict[str, Any]) -> ExperimentConfig:
     """A validated tiny config reading the session's synthetic dataset."""
     return parse_config(tiny_raw)
+
+
+@pytest.fixture
+def isic2017_tree(tmp_path: Path) -> Path:
+    """ISIC 2017 layout, 6 train / 3 val / 3 test pairs, plus superpixels and metadata files."""
+    root = build_official(
+        tmp_path / "isic2017", ISIC2017_FOLDERS, {"train": 6, "val": 3, "test": 3}
+    )
+    train_dir = root / ISIC2017_FOLDERS["train"][0]
+    cv2.imwrite(str(train_dir / "ISIC_0000000_superpixels.png"), np.zeros((40, 48, 3), np.uint8))
+    (train_dir / "ISIC-2017_Training_Data_metadata.csv").write_text("image_id,age\n")
+    return root
+
+
+@pytest.fixture
+def isic2018_tree(tmp_path: Path) -> Path:
+    """ISIC 2018 Task 1 layout, 5 train / 2 val pairs (no test), PNG images."""
+    root = build_official(tmp_path / "isic2018", ISIC2018_FOLDERS, {"train": 5, "val": 2}, ".png")
+    (root / ISIC2018_FOLDERS["train"][0] / "LICENSE.txt").write_text("CC BY-NC")
+    return root
+
+
+@pytest.fixture
+def ph2_tree(tmp_path: Path) -> Path:
+    """PH2 layout with 10 cases of BMP images and lesion masks."""
+    base = tmp_path / "PH2Dataset" / "PH2 Dataset images"
+    for i in range(10):
+        case = f"IMD{i:03d}"
+        write_pair(
+            base / case / f"{case}_Dermoscopic_Image" / f"{case}.bmp",
+            base / case / f"{case}_lesion" / f"{case}_lesion.bmp",
+            i,
+        )
+        (base / case / f"{case}_roi").mkdir()
+    return tmp_path / "PH2Dataset"
+
+
+@pytest.fixture
+def folder_tree(tmp_path: Path) -> Path:
+    """Generic images/ + masks/ layout, mask suffix ``_mask``, 10 pairs."""
+    root = tmp_path / "folder"
+    for i in range(10):
+        write_pair(root / "images" / f"img{i:02d}.jpg", root / "masks" / f"img{i:02d}_mask.png", i)
+    return root
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory, synthetic_root: Path) -> Path:
+    """A real SkiNet checkpoint: the tiny 32x32 config trained for one epoch by run_training."""
+    from skinet.training.run import run_training
+
+    tmp = tmp_path_factory.mktemp("trained")
+    raw = tiny_raw_config(tmp, synthetic_root)
+    raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False)
+    result = run_training(parse_config(raw), visualize=False)
+    assert result.best_checkpoint is not None
+    return result.best_checkpoint

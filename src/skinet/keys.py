@@ -13,7 +13,7 @@ STUDY_TAG = "skinet.optuna_study"
 
 
 class MetricsKey(StrEnum):
-    """Metric names logged by :class:`skinet.training.LightningModel`."""
+    """Metric names logged by :class:`skinet.training.lightning_model.LightningModel`."""
 
     TRAIN_LOSS = "train_loss"
     VAL_LOSS = "val_loss"

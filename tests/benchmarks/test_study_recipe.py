@@ -10,9 +10,9 @@ from types import ModuleType
 
 import pytest
 import yaml
-from tests.conftest import tiny_raw_config
+from tests.helpers.config import tiny_raw_config
 
-from skinet.config import TrainConfig
+from skinet.config.train import TrainConfig
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "study_recipe.py"
 
@@ -57,7 +57,7 @@ def test_study_runs_cells_and_a_restart_skips_finished_ones(
     assert row["clean_val_jaccard"] == pytest.approx(report["clean_mean_jaccard"])
     assert row["shifted_mean_jaccard"] == report["mean_shifted_jaccard"]
     # The external score is what `skinet evaluate` gives on that folder.
-    from skinet.cli import main as skinet_main
+    from skinet.cli.main import main as skinet_main
 
     alone = tmp_path / "alone"
     argv = ["evaluate", "--checkpoint", row["checkpoint"], "--images", str(clinic / "images")]

@@ -33,7 +33,7 @@ def test_configuration_page_is_up_to_date(generator: ModuleType) -> None:
 
 
 def test_every_field_of_every_section_is_listed(generator: ModuleType) -> None:
-    from skinet.config import ExperimentConfig
+    from skinet.config.experiment import ExperimentConfig
 
     block = generator.render_reference()
     for field in ExperimentConfig.model_fields.values():
@@ -44,7 +44,7 @@ def test_every_field_of_every_section_is_listed(generator: ModuleType) -> None:
 
 
 def test_field_docstrings_are_read_from_the_source(generator: ModuleType) -> None:
-    from skinet.config import TrainConfig
+    from skinet.config.train import TrainConfig
 
     docs = generator.attribute_docstrings(TrainConfig)
     assert set(docs) == set(TrainConfig.model_fields), "a TrainConfig field has no docstring"

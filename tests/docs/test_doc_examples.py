@@ -31,9 +31,10 @@ from pathlib import Path
 
 import pytest
 
-from skinet.cli import build_parser, main
-from skinet.config import load_config, parse_overrides
-from skinet.data.layouts import ISIC2017_FOLDERS
+from skinet.cli.arguments import parse_overrides
+from skinet.cli.main import build_parser, main
+from skinet.config.experiment import load_config
+from skinet.datasets.layouts import ISIC2017_FOLDERS
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
@@ -151,7 +152,7 @@ def _run(script: str | None, argv: list[str]) -> int:
 
 @pytest.fixture(scope="module")
 def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from skinet.data.synthetic import make_synthetic_dataset
+    from skinet.datasets.synthetic import make_synthetic_dataset
 
     root = tmp_path_factory.mktemp("doc_data") / "synthetic"
     make_synthetic_dataset(root, num_train=8, num_val=4, num_test=4, image_size=48, seed=0)

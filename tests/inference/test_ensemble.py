@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import rewrite_checkpoint, run_cli, write_rgb
-from tests.conftest import requires_modules, tiny_raw_config
+from tests.helpers.config import requires_modules, tiny_raw_config
+from tests.helpers.inference import rewrite_checkpoint, run_cli, write_rgb
 
-from skinet.config import parse_config
-from skinet.inference.checkpoint import load_checkpoint
+from skinet.checkpoints.read import load_checkpoint
+from skinet.config.experiment import parse_config
 from skinet.inference.ensemble import EnsembleError, EnsemblePredictor
 from skinet.inference.export import card_path, export_checkpoint, sidecar_path
 from skinet.inference.predictor import Predictor

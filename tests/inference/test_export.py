@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.conftest import requires_modules
-from tests.inference.helpers import run_cli
+from tests.helpers.config import requires_modules
+from tests.helpers.inference import run_cli
 
-from skinet.inference import build_model, load_checkpoint
+from skinet.checkpoints.read import build_model, load_checkpoint
 from skinet.inference.export import (
     ExportError,
     ProbabilityModel,

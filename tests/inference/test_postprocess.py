@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from skinet.inference import fill_holes, keep_largest_component, postprocess_mask
+from skinet.inference.postprocess import fill_holes, keep_largest_component, postprocess_mask
 
 
 def _two_blobs_with_hole() -> np.ndarray:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.inference.helpers import rewrite_checkpoint
+from tests.helpers.inference import rewrite_checkpoint
 
-from skinet.inference import Predictor
+from skinet.inference.predictor import Predictor
 
 
 @pytest.fixture(scope="module")

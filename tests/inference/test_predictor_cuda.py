@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from skinet.inference import Predictor
+from skinet.inference.predictor import Predictor
 
 
 @pytest.mark.gpu

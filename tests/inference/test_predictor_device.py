@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.inference.helpers import run_cli, write_rgb
+from tests.helpers.inference import run_cli, write_rgb
 
-from skinet.inference import resolve_device
+from skinet.inference.predictor import resolve_device
 
 
 def _simulate(monkeypatch: pytest.MonkeyPatch, *, cuda: bool, mps: bool) -> None:

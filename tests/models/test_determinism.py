@@ -16,14 +16,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from skinet.models import ENCODER_BLOCKS, MERGE_BLOCKS, UNet2D
+from skinet.metrics.losses import LOSSES, build_loss
 from skinet.models.determinism import (
     NONDETERMINISTIC_CUDA_OPS,
     NONDETERMINISTIC_GRAD_FNS,
     TORCH_VERSION,
     find_nondeterministic_ops,
 )
-from skinet.training.losses import LOSSES, build_loss
+from skinet.models.encoder_blocks import ENCODER_BLOCKS
+from skinet.models.merge_blocks import MERGE_BLOCKS
+from skinet.models.unet2d import UNet2D
 
 COMBOS = list(itertools.product(ENCODER_BLOCKS, MERGE_BLOCKS))
 NORMS = ["batch", "instance", "group"]

@@ -10,8 +10,12 @@ import pytest
 import torch
 from torch import nn
 
+from skinet.checkpoints.state_dict import count_parameters
 from skinet.config.model import UNet2DModelConfig
-from skinet.models import ENCODER_BLOCKS, MERGE_BLOCKS, InstanceNorm, UNet2D, count_parameters
+from skinet.models.encoder_blocks import ENCODER_BLOCKS
+from skinet.models.layers import InstanceNorm
+from skinet.models.merge_blocks import MERGE_BLOCKS
+from skinet.models.unet2d import UNet2D
 
 TINY: dict[str, Any] = {"out_channels_layer1": 4, "number_of_layers": 3}
 COMBOS = list(itertools.product(ENCODER_BLOCKS, MERGE_BLOCKS))
@@ -194,6 +198,7 @@ for _ in range(5):
 """
 
 
+@pytest.mark.process
 def test_channels_last_backward_of_projection_shortcut_does_not_corrupt_memory() -> None:
     # A strided 1x1 conv here crashed the process (heap corruption) on CPU; run it isolated.
     import subprocess

@@ -53,6 +53,7 @@ def commands(result: subprocess.CompletedProcess[str]) -> list[str]:
     return [line[2:] for line in result.stdout.splitlines() if line.startswith("+ ")]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
@@ -85,6 +86,7 @@ def test_each_mode_prints_its_command(env: dict[str, str], expected: str, flag: 
     assert "accelerator=cpu" not in cmds[-1]
 
 
+@pytest.mark.process
 def test_sweep_options_only_when_set() -> None:
     plain = commands(run_script("on_start_gpu.sh", "--dry-run", MODE="sweep"))[-1]
     assert "--monitor" not in plain and "--direction" not in plain and "--trials" not in plain
@@ -103,6 +105,7 @@ def test_sweep_options_only_when_set() -> None:
     )
 
 
+@pytest.mark.process
 def test_cpu_script_forces_cpu_and_dataset_override() -> None:
     cmd = commands(run_script("on_start_cpu.sh", "--dry-run", DATASET="ph2", CONFIG="c.yaml"))[-1]
     assert cmd.endswith(
@@ -111,6 +114,7 @@ def test_cpu_script_forces_cpu_and_dataset_override() -> None:
     )
 
 
+@pytest.mark.process
 def test_docker_command_and_gpu_release() -> None:
     cmds = commands(
         run_script("on_start_gpu.sh", "--dry-run", USE_DOCKER="1", RELEASE_GPU="1", MODE="train")
@@ -126,6 +130,7 @@ def test_docker_command_and_gpu_release() -> None:
     assert "--gpus" not in docker and "--shm-size=8g" in docker and "--ipc=host" not in docker
 
 
+@pytest.mark.process
 def test_other_tracking_uri_starts_no_server() -> None:
     cmds = commands(
         run_script("on_start_gpu.sh", "--dry-run", MLFLOW_TRACKING_URI="sqlite:////tmp/x.db")
@@ -133,6 +138,7 @@ def test_other_tracking_uri_starts_no_server() -> None:
     assert "./start_mlflow.sh" not in cmds
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("script", ["on_start_gpu.sh", "on_start_cpu.sh"])
 def test_unknown_mode_fails_clearly(script: str) -> None:
     result = run_script(script, "--dry-run", MODE="bogus")
@@ -142,11 +148,13 @@ def test_unknown_mode_fails_clearly(script: str) -> None:
     assert "+ " not in result.stdout  # nothing was started
 
 
+@pytest.mark.process
 def test_unknown_argument_fails() -> None:
     result = run_script("on_start_gpu.sh", "--bogus")
     assert result.returncode != 0 and "unknown argument" in result.stderr
 
 
+@pytest.mark.process
 def test_start_mlflow_dry_run(tmp_path: Path) -> None:
     result = run_script("start_mlflow.sh", DRY_RUN="1", PORT="5999")
     (cmd,) = commands(result)
@@ -167,9 +175,10 @@ def test_start_mlflow_dry_run(tmp_path: Path) -> None:
     assert custom.endswith("--host 0.0.0.0 --port 5000 --workers 2")
 
 
+@pytest.mark.process
 @pytest.mark.slow  # starts a real server (~5-15 s)
 def test_start_mlflow_starts_once_and_stops(tmp_path: Path) -> None:
-    from skinet.tracking import check_tracking_server, find_free_port
+    from skinet.tracking.server import check_tracking_server, find_free_port
 
     port = str(find_free_port())
     env = {

@@ -21,7 +21,7 @@ def sqlite_uri(tmp_path: Path, mlflow_db_template: Path) -> str:
 @pytest.fixture
 def config_from(tmp_path: Path) -> Any:
     """``config_from(**mlflow_config) -> ExperimentConfig`` writing under ``tmp_path/runs``."""
-    from skinet.config import parse_config
+    from skinet.config.experiment import parse_config
 
     def build(**mlflow_config: Any) -> Any:
         return parse_config(

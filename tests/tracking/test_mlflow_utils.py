@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from skinet.tracking import (
+from skinet.tracking.mlflow_utils import (
     artifact_location_for,
     ensure_experiment,
     make_run_name,

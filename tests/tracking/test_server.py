@@ -1,5 +1,5 @@
 """check_tracking_server and start_local_server failures (the happy path runs in
-tests/callbacks/test_setup_logging.py, which trains against a real server)."""
+tests/training/callbacks/test_setup.py, which trains against a real server)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from skinet.tracking import TrackingError, check_tracking_server, find_free_port, start_local_server
+from skinet.tracking.mlflow_utils import TrackingError
+from skinet.tracking.server import check_tracking_server, find_free_port, start_local_server
 
 
 def test_closed_port_fails_fast() -> None:
@@ -28,6 +29,7 @@ def test_database_uri_is_left_to_mlflow() -> None:
     check_tracking_server("postgresql://user:pw@127.0.0.1:1/mlflow")  # no network call, no error
 
 
+@pytest.mark.process
 @pytest.mark.slow  # ~5-15 s: mlflow has to import before it can fail
 def test_server_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
     log_path = tmp_path / "server.log"

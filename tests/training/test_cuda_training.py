@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from skinet.config import ExperimentConfig, load_config
+from skinet.config.experiment import ExperimentConfig, load_config
 from skinet.keys import MetricsKey
 from skinet.training.run import run_training
 
@@ -92,7 +92,7 @@ CUDA_STATE_SCRIPT = textwrap.dedent(
     import json, sys
     import torch
     import skinet.training.run as run_module
-    from skinet.config import load_config
+    from skinet.config.experiment import load_config
 
     class Stop(Exception):
         pass

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from skinet.cli import main
+from skinet.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def test_cli_train_with_device_augmentation(
     tiny_raw["TRANSFORM_CONFIG"] = recipe["TRANSFORM_CONFIG"]
     config = tmp_path / "device.yaml"
     config.write_text(yaml.safe_dump(tiny_raw))
-    with caplog.at_level(logging.INFO, logger="skinet.data.device_split"):
+    with caplog.at_level(logging.INFO, logger="skinet.training.data.device_split"):
         code = main(["train", "--config", str(config), "--no-visualize"])
     assert code == 0
     # The split went to the module's device once the Trainer ran, and training batches came
@@ -46,9 +46,9 @@ DDP_SCRIPT = textwrap.dedent(
     import json, sys
     import lightning as L
     import torch.distributed as dist
-    from skinet.config import parse_config
-    from skinet.data import build_dataloaders
-    from skinet.training import LightningModel
+    from skinet.config.experiment import parse_config
+    from skinet.training.data.loaders import build_dataloaders
+    from skinet.training.lightning_model import LightningModel
 
     class RecordShards(L.Callback):
         def on_train_epoch_start(self, trainer, module):

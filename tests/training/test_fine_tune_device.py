@@ -20,11 +20,11 @@ import cv2
 import numpy as np
 import pytest
 import yaml
-from tests.conftest import tiny_raw_config
+from tests.helpers.config import tiny_raw_config
 
-from skinet.cli import main
-from skinet.data.shifts import Shift, apply_shift, shift_rng
-from skinet.data.synthetic import SPLIT_FOLDERS, make_synthetic_dataset
+from skinet.cli.main import main
+from skinet.datasets.synthetic import SPLIT_FOLDERS, make_synthetic_dataset
+from skinet.evaluation.shifts import Shift, apply_shift, shift_rng
 
 DEVICE = (Shift("color_cast", "strong", 60.0), Shift("gamma", "strong", 0.5))
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from tests.conftest import tiny_raw_config
+from tests.helpers.config import tiny_raw_config
 
-from skinet.cli import main
-from skinet.config import parse_config
-from skinet.inference.checkpoint import load_checkpoint
+from skinet.checkpoints.read import load_checkpoint
+from skinet.cli.main import main
+from skinet.config.experiment import parse_config
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import lightning as L
 import pytest
 import torch
 
-from skinet.config import parse_config
+from skinet.config.experiment import parse_config
 from skinet.training.lightning_model import LightningModel, _tensor_debug_summary
 from skinet.training.optim import build_lr_scheduler, build_optimizer
 

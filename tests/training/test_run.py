@@ -14,10 +14,10 @@ import pytest
 import torch
 import yaml
 
-from skinet.cli import main
-from skinet.config import parse_config
-from skinet.training import ResumeError, train_and_evaluate
-from skinet.training.run import run_training
+from skinet.cli.main import main
+from skinet.config.experiment import parse_config
+from skinet.training.resume import ResumeError
+from skinet.training.run import run_training, train_and_evaluate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,7 +73,7 @@ def test_resume_continues_from_the_checkpoint_epoch(tiny_raw: dict[str, Any]) ->
 def test_resume_continues_the_same_mlflow_run(tiny_raw: dict[str, Any]) -> None:
     from mlflow.tracking import MlflowClient
 
-    from skinet.tracking import resolve_tracking_uri
+    from skinet.tracking.mlflow_utils import resolve_tracking_uri
 
     tiny_raw["TRAIN_CONFIG"].update({"max_epochs": 1, "use_early_stopping": False})
     first = run_training(parse_config(tiny_raw), visualize=False)
@@ -114,9 +114,12 @@ DDP_SCRIPT = textwrap.dedent(
     import lightning as L
     import torch
     import torch.distributed as dist
-    from skinet.config import parse_config
-    from skinet.data import build_dataloaders
-    from skinet.training import LightningModel, configure_reproducibility, train_and_evaluate
+    from skinet.config.experiment import parse_config
+    from skinet.runtime.devices import resolve_train_settings
+    from skinet.training.data.loaders import build_dataloaders
+    from skinet.training.lightning_model import LightningModel
+    from skinet.training.reproducibility import configure_reproducibility
+    from skinet.training.run import train_and_evaluate
 
     class CountImages(L.Callback):
         # Images scored per stage, summed over ranks: each image once means the split's size.
@@ -138,7 +141,8 @@ DDP_SCRIPT = textwrap.dedent(
     if mode == "validate":
         # Same seed, same initial weights: only the metric aggregation differs between runs.
         configure_reproducibility(cfg)
-        loaders = build_dataloaders(cfg, world_size=cfg.train.ddp_processes_per_node)
+        world_size = resolve_train_settings(cfg.train).processes_per_node
+        loaders = build_dataloaders(cfg, world_size=world_size)
         model = LightningModel(cfg.to_yaml_dict())
         counter = CountImages()
         trainer = L.Trainer(accelerator="cpu", strategy=cfg.train.strategy,
@@ -190,10 +194,11 @@ def test_ddp_validation_sums_counts_across_ranks(tiny_raw: dict[str, Any], tmp_p
         assert ddp[name] == pytest.approx(single[name], abs=1e-6), name
 
 
+@pytest.mark.process
 def test_ddp_metrics_count_each_image_once_on_odd_splits(tmp_path: Path) -> None:
-    from tests.conftest import tiny_raw_config
+    from tests.helpers.config import tiny_raw_config
 
-    from skinet.data.synthetic import make_synthetic_dataset
+    from skinet.datasets.synthetic import make_synthetic_dataset
 
     root = tmp_path / "odd"
     make_synthetic_dataset(root, num_train=4, num_val=5, num_test=3, image_size=32, seed=1)
@@ -225,7 +230,7 @@ def test_ddp_two_cpu_processes_train_end_to_end(tiny_raw: dict[str, Any], tmp_pa
 def test_cli_train_fails_fast_on_unreachable_tracking_server(
     tiny_raw: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from skinet.tracking import find_free_port
+    from skinet.tracking.server import find_free_port
 
     tiny_raw["TRAIN_CONFIG"]["mlflow_config"] = {
         "tracking_uri": f"http://127.0.0.1:{find_free_port()}"

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from tests.conftest import tiny_raw_config
+from tests.helpers.config import tiny_raw_config
 
-from skinet.cli import main
-from skinet.config import parse_config
-from skinet.tracking import resolve_tracking_uri
+from skinet.cli.main import main
+from skinet.config.experiment import parse_config
+from skinet.tracking.mlflow_utils import resolve_tracking_uri
 
 REPO = Path(__file__).resolve().parents[2]
-HARNESS = Path(__file__).with_name("cli_harness.py")
+HARNESS = Path(__file__).parents[1] / "helpers" / "cli_harness.py"
 RACERS = 3
 ROUNDS = 3
 
@@ -48,7 +48,7 @@ def _write(raw: dict[str, Any], path: Path, **train: Any) -> Path:
 def _mlflow_run(cfg_path: Path, run_id: str) -> Any:
     from mlflow.tracking import MlflowClient
 
-    from skinet.config import load_config
+    from skinet.config.experiment import load_config
 
     return MlflowClient(resolve_tracking_uri(load_config(cfg_path))).get_run(run_id)
 
@@ -194,7 +194,15 @@ def test_signal_marks_the_run_killed_and_leaves_a_resumable_checkpoint(
 ) -> None:
     config = _write(tiny_raw, tmp_path / "c.yaml", max_epochs=200, use_early_stopping=False)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "skinet.cli", "train", "--config", str(config), "--no-visualize"],
+        [
+            sys.executable,
+            "-m",
+            "skinet.cli.main",
+            "train",
+            "--config",
+            str(config),
+            "--no-visualize",
+        ],
         env=_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -221,6 +229,7 @@ def test_signal_marks_the_run_killed_and_leaves_a_resumable_checkpoint(
     assert _mlflow_run(config, checkpoint["skinet"]["mlflow_run_id"]).info.status == "FINISHED"
 
 
+@pytest.mark.process
 def test_last_checkpoint_is_written_after_every_epoch(
     tiny_raw: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -318,7 +327,7 @@ def test_ddp_ranks_use_rank_zero_run_folder_and_write_nothing_of_their_own(
         tiny_raw, tmp_path / "c.yaml", max_epochs=1, strategy="ddp", devices=2, num_workers=0
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "skinet.cli", "train", "--config", str(config)],
+        [sys.executable, "-m", "skinet.cli.main", "train", "--config", str(config)],
         env=_env(),
         capture_output=True,
         text=True,
@@ -421,7 +430,7 @@ def test_an_output_dir_that_cannot_hold_runs_is_named_before_anything_starts(
 def test_a_split_smaller_than_the_ddp_world_is_refused_before_the_trainer_starts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from skinet.data.synthetic import make_synthetic_dataset
+    from skinet.datasets.synthetic import make_synthetic_dataset
 
     # One validation image for two gloo ranks: the second rank would wait in the metric gather.
     root = make_synthetic_dataset(

@@ -10,6 +10,9 @@ from pydantic import Field, field_validator, model_validator
 from skinet.config.base import Section
 
 DatasetName = Literal["synthetic", "isic2017", "isic2018", "ph2", "folder"]
+ResizeMode = Literal["squash", "letterbox"]
+ColorConstancy = Literal["none", "shades_of_gray"]
+NormalizationMode = Literal["standard", "image_per_channel"]
 
 # Per-channel mean/std (RGB, on [0, 1]) over every pixel of the 1800 official ISIC 2017 training
 # images (512x512 centre crops), from ``skinet data stats``.
@@ -32,11 +35,11 @@ class DataConfig(Section):
     """Local folder searched after the mount point for ``data_dir``."""
     image_size: int = Field(256, gt=0)
     """Side of the square model input; images and masks are resized to it once (``resize_mode``)."""
-    resize_mode: Literal["squash", "letterbox"] = "squash"
+    resize_mode: ResizeMode = "squash"
     """``squash`` stretches to the square; ``letterbox`` keeps the aspect ratio and pads."""
     pad_value: int = Field(0, ge=0, le=255)
     """uint8 value of every channel of the ``letterbox`` padding (masks are padded with 0)."""
-    color_constancy: Literal["none", "shades_of_gray"] = "none"
+    color_constancy: ColorConstancy = "none"
     """``shades_of_gray``: p = 6 Minkowski-norm white balance of each image before normalising."""
     crop_dark_border: bool = False
     """Crop each image to the rows and columns inside its dark border first (the black frame of
@@ -61,7 +64,7 @@ class DataConfig(Section):
     written to ``splits.csv`` in each run folder; overrides official and carved splits."""
     mask_suffix: str = "_segmentation"
     """Mask file stem suffix of the ``folder`` layout (``X.jpg`` pairs with ``X<suffix>.png``)."""
-    normalization_mode: Literal["standard", "image_per_channel"] = "standard"
+    normalization_mode: NormalizationMode = "standard"
     """``standard`` uses ``mean``/``std``; ``image_per_channel`` standardises each image."""
     mean: tuple[float, float, float] = ISIC2017_MEAN
     """Per-channel mean on [0, 1] for ``standard`` normalisation."""

@@ -14,11 +14,11 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     model_validator,
 )
 
 from skinet.config.data import DataConfig
+from skinet.config.errors import ConfigError
 from skinet.config.model import UNet2DModelConfig
 from skinet.config.sweep import SweepConfig
 from skinet.config.train import (
@@ -27,7 +27,7 @@ from skinet.config.train import (
     LRSchedulerConfig,
     TrainConfig,
 )
-from skinet.config.transform import CHECK_TRANSFORMS, TransformConfig, transforms_checkable
+from skinet.config.transform import TransformConfig
 
 # YAML section name -> field of ExperimentConfig. Keys are matched case-insensitively with
 # underscores removed, so ``TRAIN_CONFIG``, ``trainconfig`` and ``train_config`` all work.
@@ -41,8 +41,10 @@ SECTIONS = {
 _SECTION_BY_KEY = {name.replace("_", "").lower(): name for name in SECTIONS}
 
 
-class ConfigError(ValueError):
-    """A config file could not be read or did not validate; the message names the YAML path."""
+RESOLVED_KEY = "RESOLVED"
+"""Where a run writes what its automatic values resolved to on the machine that ran it
+(``skinet.runtime.devices.TrainSettings``), beside the sections in its ``config.yaml`` and
+checkpoint. A config read back drops this key: the values are resolved again where it runs."""
 
 
 class ExperimentConfig(BaseModel):
@@ -102,29 +104,6 @@ class ExperimentConfig(BaseModel):
             section._derive("mode", mode)
         return self
 
-    @model_validator(mode="after")
-    def _check_device_augmentation(self, info: ValidationInfo) -> ExperimentConfig:
-        # A checkpoint's config is read without these training-time checks, so prediction on
-        # the core install needs neither albumentations nor the device pipeline.
-        if self.train.augment_on != "device" or not (info.context or {}).get(
-            CHECK_TRANSFORMS, True
-        ):
-            return self
-        if self.transform.compose_kwargs:
-            raise ValueError(
-                f"TRANSFORM_CONFIG.compose_kwargs {self.transform.compose_kwargs} is not applied "
-                "with TRAIN_CONFIG.augment_on: device (the device pipeline builds no "
-                "albumentations Compose): remove it, or augment on the CPU (augment_on: cpu)"
-            )
-        if not transforms_checkable():
-            return self
-        from skinet.data.device_pipeline import check_device_transforms
-
-        errors = check_device_transforms(self.transform.train_transforms)
-        if errors:
-            raise ValueError("; ".join(errors))
-        return self
-
     def to_yaml_dict(self) -> dict[str, Any]:
         """The resolved config as plain data with the YAML section names."""
         return self.model_dump(mode="json", by_alias=True)
@@ -180,25 +159,22 @@ def _model_class(annotation: Any) -> type[BaseModel] | None:
     return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
 
 
-def parse_config(
-    raw: dict[str, Any] | None, source: str = "<config>", *, check_transforms: bool = True
-) -> ExperimentConfig:
+def parse_config(raw: dict[str, Any] | None, source: str = "<config>") -> ExperimentConfig:
     """Validate a config given as plain data, raising :class:`ConfigError` with YAML paths.
 
     Args:
         raw: The sections, as read from YAML.
         source: What to name in error messages (the file).
-        check_transforms: Check ``TRANSFORM_CONFIG`` against albumentations (when installed);
-            ``False`` for a checkpoint's config read to predict, which builds no augmentation.
     """
     raw = raw or {}
     if not isinstance(raw, dict):
         raise ConfigError(
             f"{source}: top level must be a mapping of sections, got {type(raw).__name__}"
         )
+    raw = {k: v for k, v in raw.items() if k != RESOLVED_KEY}
     written = {_SECTION_BY_KEY.get(str(k).replace("_", "").lower(), str(k)): str(k) for k in raw}
     try:
-        return ExperimentConfig.model_validate(raw, context={CHECK_TRANSFORMS: check_transforms})
+        return ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(f"invalid config {source}:\n{_format_error(exc, written)}") from None
 

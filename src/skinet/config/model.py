@@ -15,7 +15,7 @@ AttentionUpsample = Literal["nearest", "bilinear"]
 
 
 class UNet2DModelConfig(Section):
-    """Hyperparameters of :class:`skinet.models.UNet2D`."""
+    """Hyperparameters of :class:`skinet.models.unet2d.UNet2D`."""
 
     in_channels: int = Field(3, gt=0)
     """Input image channels."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import timedelta
 from typing import Literal
@@ -10,9 +9,9 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from skinet.config.base import Section
-from skinet.config.devices import count_processes_per_node, parse_device_spec, resolve_accelerator
 
 Accelerator = Literal["auto", "cpu", "gpu", "cuda", "mps"]
+LossName = Literal["BCE", "DICE", "BCE_DICE"]
 Precision = Literal[
     "32-true",
     "32",
@@ -133,7 +132,7 @@ class TrainConfig(Section):
     """The ``channels_last`` memory format; ``None`` = the faster one for ``MODEL_CONFIG.norm`` on
     the device, as ``benchmarks/bench_norm.py`` measured it (on for batch and instance norm, off
     for group norm)."""
-    loss_name: Literal["BCE", "DICE", "BCE_DICE"] = "BCE_DICE"
+    loss_name: LossName = "BCE_DICE"
     """Loss on raw logits; ``BCE_DICE`` weighs both 0.5/0.5."""
     optimizer_name: Literal["adam", "adamw"] = "adamw"
     """Optimizer."""
@@ -233,33 +232,10 @@ class TrainConfig(Section):
         return devices
 
     @model_validator(mode="after")
-    def _derive_auto_values(self) -> TrainConfig:
-        accelerator = resolve_accelerator(self.accelerator)
-        if self.precision is None:
-            self._derive("precision", "32-true" if accelerator == "cpu" else "16-mixed")
-        if self.pin_memory is None:
-            self._derive("pin_memory", accelerator == "gpu")
-        if self.num_workers is None:
-            cpus = os.cpu_count() or 1
-            self._derive("num_workers", max(1, cpus // self.ddp_processes_per_node))
+    def _derive_schedule_length(self) -> TrainConfig:
         if self.cosine_annealing_config.T_max is None:
             self.cosine_annealing_config._derive("T_max", self.max_epochs)
         return self
-
-    @property
-    def resolved_accelerator(self) -> Literal["cpu", "gpu", "mps"]:
-        """The accelerator ``auto`` resolves to on this machine."""
-        return resolve_accelerator(self.accelerator)
-
-    @property
-    def ddp_processes_per_node(self) -> int:
-        """Processes the strategy starts on each node (``auto`` runs DDP on several devices)."""
-        return count_processes_per_node(self.resolved_accelerator, self.devices, self.strategy)
-
-    @property
-    def world_size(self) -> int:
-        """Training processes over all nodes (what each DataLoader is divided among)."""
-        return self.ddp_processes_per_node * self.num_nodes
 
 
 MAX_TIME_UNITS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds")
@@ -291,3 +267,39 @@ def parse_max_time(value: str | dict[str, int]) -> timedelta:
     if duration <= timedelta(0):
         raise ValueError("max_time must be longer than 0 seconds")
     return duration
+
+
+DeviceSpec = int | list[int] | str
+
+
+def parse_device_spec(devices: DeviceSpec) -> int | list[int] | Literal["auto"]:
+    """``devices`` as Lightning reads it: ``"auto"``, a count (``-1`` = all) or device indices.
+
+    Strings follow Lightning: ``"2"`` is a count, ``"0,1"`` and ``"1,"`` are indices.
+
+    Raises:
+        ValueError: ``devices`` is none of these (a bool, an empty or non-integer string, a
+            count below -1).
+    """
+    if isinstance(devices, bool):
+        raise ValueError(f"devices must be an int, a list of ints or a string, got {devices!r}")
+    if isinstance(devices, list):
+        return [int(d) for d in devices]
+    if isinstance(devices, str):
+        text = devices.strip()
+        if text == "auto":
+            return "auto"
+        try:
+            if "," in text:
+                return [int(d) for d in text.split(",") if d.strip()]
+            count = int(text)
+        except ValueError:
+            raise ValueError(
+                f"devices {devices!r} is not 'auto', a count such as '2' (-1 = all) or a list "
+                "of device indices such as '0,1'"
+            ) from None
+    else:
+        count = int(devices)
+    if count < -1:
+        raise ValueError(f"devices must be -1 (all), 0 or more, got {count}")
+    return count

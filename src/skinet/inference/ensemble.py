@@ -18,12 +18,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from skinet.config import ExperimentConfig, UsageError
-from skinet.data.preprocess import build_preprocessing
-from skinet.inference.checkpoint import SkinetCheckpoint, build_model, load_checkpoint
+from skinet.checkpoints.read import SkinetCheckpoint, build_model, load_checkpoint
+from skinet.config.errors import UsageError
+from skinet.config.experiment import ExperimentConfig
+from skinet.imaging.preprocess import build_preprocessing
 from skinet.inference.predictor import Predictor
 from skinet.inference.tta import predict_probs
-from skinet.models import UNet2D
+from skinet.models.unet2d import UNet2D
 
 CV_RESULTS_DIR = "results"
 """Where ``skinet cv`` writes each fold's ``fold_<i>.json`` (with its best checkpoint)."""

@@ -29,10 +29,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from skinet.data.preprocess import build_preprocessing
-from skinet.inference.checkpoint import SkinetCheckpoint, build_model, load_checkpoint
-from skinet.models import UNet2D
-from skinet.reporting.model_card import (
+from skinet.checkpoints.model_card import (
     CALIBRATION_HEADING,
     CardInputs,
     build_model_card,
@@ -41,6 +38,9 @@ from skinet.reporting.model_card import (
     find_checkpoint_card,
     invoked_command,
 )
+from skinet.checkpoints.read import SkinetCheckpoint, build_model, load_checkpoint
+from skinet.imaging.preprocess import build_preprocessing
+from skinet.models.unet2d import UNet2D
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from typing import Literal
 import cv2
 import numpy as np
 
-from skinet.data.io import DecodeError, read_image
-from skinet.data.layouts import IMAGE_SUFFIXES, is_image
-from skinet.data.preprocess import Placement
+from skinet.datasets.layouts import IMAGE_SUFFIXES, is_image
+from skinet.imaging.decode import DecodeError, read_image
+from skinet.imaging.preprocess import Placement
 from skinet.inference.predictor import Predictor
 
 log = logging.getLogger(__name__)

@@ -9,14 +9,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from skinet.config import ExperimentConfig
-from skinet.config.devices import cuda_available, mps_available
-from skinet.data.preprocess import Placement, Preprocessing, build_preprocessing, preprocess_image
-from skinet.data.transforms import Normalizer, build_normalizer
-from skinet.inference.checkpoint import build_model, load_checkpoint
+from skinet.checkpoints.read import build_model, load_checkpoint
+from skinet.config.experiment import ExperimentConfig
+from skinet.imaging.normalize import Normalizer, build_normalizer
+from skinet.imaging.preprocess import (
+    Placement,
+    Preprocessing,
+    build_preprocessing,
+    preprocess_image,
+)
 from skinet.inference.postprocess import postprocess_mask
 from skinet.inference.tta import predict_probs
-from skinet.models import UNet2D, uses_channels_last
+from skinet.models.layers import uses_channels_last
+from skinet.models.unet2d import UNet2D
+from skinet.runtime.devices import cuda_available, mps_available
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -51,7 +57,7 @@ class Predictor:
     """Binary lesion segmentation with a trained UNet2D.
 
     Each image goes through the training preprocessing (``DATA_CONFIG``'s resize mode, colour
-    constancy and normalisation, by :func:`~skinet.data.preprocess.preprocess_image`), is
+    constancy and normalisation, by :func:`~skinet.imaging.preprocess.preprocess_image`), is
     segmented, and its probability map is un-padded and resized back to the image's own size with
     bilinear interpolation before thresholding, so outputs always match the input's height,
     width and aspect ratio.
@@ -97,7 +103,7 @@ class Predictor:
         self.normalizer: Normalizer = build_normalizer(config)
         # Any user's files at any size: decoded in full, as the export sidecar describes.
         self.preprocessing: Preprocessing = build_preprocessing(config).with_full_decode()
-        # Where a calibrated checkpoint's threshold was tuned (skinet.inference.calibration).
+        # Where a calibrated checkpoint's threshold was tuned (skinet.evaluation.calibration).
         self.calibration: dict[str, Any] | None = None
         self.channels_last = uses_channels_last(
             config.train.channels_last, config.model.norm, self.device.type

@@ -1,4 +1,4 @@
-"""Encoder stages of :class:`skinet.models.UNet2D`, chosen by ``encoder_residual_mode``.
+"""Encoder stages of :class:`skinet.models.unet2d.UNet2D`, chosen by ``encoder_residual_mode``.
 
 Every block maps ``(N, C_in, H, W) -> (N, C_out, H / stride, W / stride)``; the first encoder
 stage is built with ``stride=1`` and keeps the input resolution. Downsampling is a strided conv

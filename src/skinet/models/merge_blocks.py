@@ -1,4 +1,5 @@
-"""Decoder (merge) stages of :class:`skinet.models.UNet2D`, chosen by ``merge_residual_mode``.
+"""Decoder (merge) stages of :class:`skinet.models.unet2d.UNet2D`, chosen by
+``merge_residual_mode``.
 
 Every block takes the deeper decoder map ``x`` ``(N, C_in, h, w)`` and the encoder skip
 ``(N, C_skip, h * stride, w * stride)`` and returns ``(N, C_out, h * stride, w * stride)``.

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 if TYPE_CHECKING:
-    from skinet.config import ExperimentConfig
+    from skinet.config.experiment import ExperimentConfig
 
 log = logging.getLogger(__name__)
 

@@ -183,20 +183,3 @@ def terminate_open_child_runs(
             finish_run(uri, run.info.run_id, status)
             closed.append(str(run.info.run_id))
     return closed
-
-
-__all__ = [
-    "PARENT_RUN_ID_TAG",
-    "RUN_NAME_TAG",
-    "find_child_runs",
-    "find_runs",
-    "finish_run",
-    "log_artifact",
-    "log_metrics",
-    "log_params",
-    "log_table",
-    "log_text",
-    "set_tags",
-    "start_parent_run",
-    "terminate_open_child_runs",
-]

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
-from skinet.checkpoint_format import CheckpointError
-from skinet.config import ExperimentConfig, parse_config
-from skinet.inference.checkpoint import SkinetCheckpoint, load_checkpoint
-from skinet.models import UNet2D
+from skinet.checkpoints.format import CheckpointError
+from skinet.checkpoints.read import SkinetCheckpoint, load_checkpoint
+from skinet.config.experiment import ExperimentConfig, parse_config
+from skinet.models.unet2d import UNet2D
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class InitLineage:
     experiment_name: str
 
     def as_card(self) -> dict[str, str | None]:
-        """What the model card states (:func:`skinet.reporting.model_card.build_model_card`)."""
+        """What the model card states (:func:`skinet.checkpoints.model_card.build_model_card`)."""
         return {
             "checkpoint": self.checkpoint,
             "sha256": self.sha256,
@@ -137,7 +137,7 @@ def _inherit(cfg: ExperimentConfig, source: SkinetCheckpoint) -> ExperimentConfi
         )
     else:
         log.info("model and preprocessing are the source checkpoint's")
-    return parse_config(raw, f"{cfg.train.init_checkpoint} + config", check_transforms=False)
+    return parse_config(raw, f"{cfg.train.init_checkpoint} + config")
 
 
 def load_init_weights(model: nn.Module, state_dict: dict[str, Tensor], source: str) -> None:

@@ -11,19 +11,21 @@ from torch import Tensor
 from torchmetrics.aggregation import MeanMetric
 from torchmetrics.classification import BinaryF1Score, BinaryJaccardIndex
 
-from skinet.checkpoint_format import (
+from skinet.checkpoints.format import (
     CHECKPOINT_KEY,
     DEFAULT_THRESHOLD,
     CheckpointError,
     CheckpointPayload,
 )
-from skinet.config import ExperimentConfig, parse_config
-from skinet.data.device_split import DeviceResidentSplit, find_device_split
+from skinet.checkpoints.state_dict import compile_model, match_state_dict_keys
+from skinet.config.experiment import ExperimentConfig, parse_config
 from skinet.keys import MetricsKey
-from skinet.models import UNet2D, compile_model, match_state_dict_keys, uses_channels_last
-from skinet.training.losses import build_loss
+from skinet.metrics.losses import build_loss
+from skinet.metrics.thresholds import ThresholdResult, ThresholdSweep
+from skinet.models.layers import uses_channels_last
+from skinet.models.unet2d import UNet2D
+from skinet.training.data.device_split import DeviceResidentSplit, find_device_split
 from skinet.training.optim import build_lr_scheduler, build_optimizer
-from skinet.training.thresholds import ThresholdResult, ThresholdSweep
 
 
 def _tensor_debug_summary(tensor: Tensor) -> str:
@@ -82,16 +84,20 @@ class LightningModel(L.LightningModule):
     """UNet2D segmentation with BCE/Dice losses, Dice/IoU metrics and a threshold sweep.
 
     Args:
-        config: The resolved experiment config as plain data (``ExperimentConfig.to_yaml_dict()``);
-            it is saved in every checkpoint so a checkpoint reloads on its own.
+        config: The experiment config as plain data (``ExperimentConfig.to_yaml_dict()``, the
+            automatic values left ``None``); saved in every checkpoint so a checkpoint reloads
+            on its own.
+        resolved: What those automatic values resolved to on this machine
+            (``TrainSettings.as_dict()``); saved apart in every checkpoint, for the record.
 
     Batches are ``(images, masks)``: images ``(B, C, H, W)`` float and masks ``(B, 1, H, W)``
     in {0, 1}.
     """
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], resolved: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.save_hyperparameters({"config": config})
+        self.resolved = resolved
         self.cfg: ExperimentConfig = parse_config(config, "checkpoint config")
         train_cfg = self.cfg.train
         model = UNet2D(**self.cfg.model.model_dump())
@@ -274,6 +280,7 @@ class LightningModel(L.LightningModule):
             mlflow_run_id=next(
                 (lg.run_id for lg in self.loggers if isinstance(lg, MLFlowLogger)), None
             ),
+            resolved=self.resolved,
         ).to_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from skinet.config import TrainConfig
+from skinet.config.train import TrainConfig
 
 OPTIMIZERS: dict[str, Any] = {
     "adam": torch.optim.Adam,

@@ -8,7 +8,8 @@ from typing import Literal
 import lightning as L
 import torch
 
-from skinet.config import ExperimentConfig
+from skinet.config.experiment import ExperimentConfig
+from skinet.runtime.devices import resolve_accelerator
 
 
 def configure_reproducibility(cfg: ExperimentConfig) -> bool | Literal["warn"]:
@@ -28,7 +29,7 @@ def configure_reproducibility(cfg: ExperimentConfig) -> bool | Literal["warn"]:
         cfg.transform.seed_value = train_cfg.seed
 
     deterministic: bool | Literal["warn"] = train_cfg.deterministic
-    if deterministic and train_cfg.resolved_accelerator == "mps":
+    if deterministic and resolve_accelerator(train_cfg.accelerator) == "mps":
         deterministic = "warn"
     if deterministic is True and torch.cuda.is_available():
         torch.backends.cudnn.deterministic = True

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -17,162 +15,45 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 
-from skinet.allocator import malloc_tuning, untuned_hint
-from skinet.callbacks import SkiNetMLFlowLogger, setup_logging_and_callbacks
-from skinet.callbacks.epoch_history import EpochMetricsHistory
-from skinet.callbacks.resume import ResumeStateCallback
-from skinet.checkpoint_format import CHECKPOINT_KEY, CheckpointPayload
-from skinet.config import ExperimentConfig, parse_config
-from skinet.data import build_dataloaders, visualize_augmented_data
-from skinet.inference.checkpoint import CheckpointError, read_checkpoint_file
-from skinet.reporting.run_records import write_run_records
-from skinet.tracking import (
-    make_run_name,
-    mark_run_failed,
-    resolve_tracking_uri,
-)
+from skinet.checkpoints.format import CheckpointPayload
+from skinet.config.experiment import RESOLVED_KEY, ExperimentConfig, parse_config
+from skinet.runtime.allocator import malloc_tuning, untuned_hint
+from skinet.runtime.devices import TrainSettings, resolve_train_settings
+from skinet.runtime.rank import is_launch_rank_zero
+from skinet.tracking.mlflow_utils import make_run_name, mark_run_failed, resolve_tracking_uri
 from skinet.tracking.runs import finish_run, set_tags
+from skinet.training.callbacks.epoch_history import EpochMetricsHistory
+from skinet.training.callbacks.mlflow_artifacts import SkiNetMLFlowLogger
+from skinet.training.callbacks.resume import ResumeStateCallback
+from skinet.training.callbacks.setup import setup_logging_and_callbacks
+from skinet.training.data.loaders import build_dataloaders
+from skinet.training.data.visualize import visualize_augmented_data
+from skinet.training.guards import check_output_dir, out_of_memory_error
 from skinet.training.init_from import load_init_weights, read_init_source
 from skinet.training.lightning_model import LightningModel, check_attention_upsample
+from skinet.training.records import CONFIG_FILE, METRICS_FILE, RunResult, write_run_records
 from skinet.training.reproducibility import configure_reproducibility
-from skinet.training.resume_changes import refusal_message, refused_changes
+from skinet.training.resume import (
+    ResumeError,
+    check_resume,
+    find_last_checkpoint,
+    refusal_message,
+    refused_changes,
+)
 from skinet.training.signals import RunInterrupted, stop_on_signals
 
 log = logging.getLogger(__name__)
 
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.json"
 
-
-@dataclass
-class RunResult:
-    """What one training run produced."""
-
-    metrics: dict[str, float]
-    run_name: str
-    run_dir: Path
-    best_checkpoint: Path | None
-    mlflow_run_id: str | None
-    fit_seconds: float
-    epochs_trained: int
-
-
-class ResumeError(ValueError):
-    """A checkpoint to resume from is missing, unreadable or already past ``max_epochs``."""
-
-
-def find_last_checkpoint(output_dir: str | Path, experiment_name: str | None = None) -> Path:
-    """The newest ``checkpoints/last.ckpt`` among the run folders in ``output_dir``.
-
-    Args:
-        output_dir: Folder holding the run folders.
-        experiment_name: Only consider runs whose ``config.yaml`` has this
-            ``TRAIN_CONFIG.experiment_name`` (``None``: every run).
-    """
-    candidates = sorted(
-        (
-            path
-            for path in Path(output_dir).glob("*/checkpoints/last*.ckpt")
-            if experiment_name is None or _experiment_of(path.parent.parent) == experiment_name
-        ),
-        key=lambda p: p.stat().st_mtime,
+def write_config_file(path: Path, cfg: ExperimentConfig, settings: TrainSettings) -> None:
+    """``config.yaml``: the config as written (automatic values left ``null``), then, under
+    ``RESOLVED``, what they resolved to on this machine; read back, ``RESOLVED`` is dropped."""
+    text = yaml.safe_dump(cfg.to_yaml_dict(), sort_keys=False)
+    resolved = yaml.safe_dump({RESOLVED_KEY: settings.as_dict()}, sort_keys=False)
+    path.write_text(
+        f"{text}# Resolved on the machine that ran it; resolved again where it runs next.\n"
+        f"{resolved}"
     )
-    if not candidates:
-        of = f" of experiment {experiment_name!r}" if experiment_name is not None else ""
-        raise ResumeError(
-            f"--resume last: no checkpoints/last.ckpt{of} under "
-            f"{Path(output_dir).resolve()}; pass the checkpoint path instead"
-        )
-    return candidates[-1]
-
-
-def _experiment_of(run_dir: Path) -> str | None:
-    """``TRAIN_CONFIG.experiment_name`` in a run folder's ``config.yaml`` (``None``: unreadable)."""
-    try:
-        saved = yaml.safe_load((run_dir / CONFIG_FILE).read_text())
-        return str(saved["TRAIN_CONFIG"]["experiment_name"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return None
-
-
-def _check_resume(checkpoint_path: Path, max_epochs: int, run_dir: Path) -> dict[str, Any]:
-    """The checkpoint's contents, or a ResumeError when it is unreadable or its run is complete.
-
-    A checkpoint whose training already reached ``max_epochs`` is accepted while its run has no
-    ``metrics.json`` (killed between the last epoch and the end of the test): resuming it runs
-    the test and completes the run.
-    """
-    if not checkpoint_path.is_file():
-        raise ResumeError(f"checkpoint to resume from not found: {checkpoint_path}")
-    try:
-        checkpoint = read_checkpoint_file(checkpoint_path)
-    except CheckpointError as error:
-        others = sorted(
-            p for p in checkpoint_path.parent.glob("*.ckpt") if p.name != checkpoint_path.name
-        )
-        hint = f" Checkpoints beside it: {', '.join(p.name for p in others)}." if others else ""
-        raise ResumeError(f"--resume: {error}{hint}") from None
-    done = int(checkpoint.get("epoch", -1)) + 1
-    if done >= max_epochs:
-        if not (run_dir / METRICS_FILE).is_file():
-            log.info(
-                "training of %s already ended after %d epoch(s); testing its best checkpoint "
-                "to finish the run",
-                run_dir.name,
-                done,
-            )
-            return checkpoint
-        raise ResumeError(
-            f"{checkpoint_path} has already trained {done} epoch(s) and TRAIN_CONFIG.max_epochs is "
-            f"{max_epochs}: nothing left to train. Set TRAIN_CONFIG.max_epochs above {done} "
-            f"(e.g. --set TRAIN_CONFIG.max_epochs={done + 10}) to continue."
-        )
-    log.info("resuming run %s from %s (%d epoch(s) done)", run_dir.name, checkpoint_path, done)
-    return checkpoint
-
-
-def check_output_dir(output_dir: Path) -> None:
-    """Say why ``TRAIN_CONFIG.output_dir`` cannot hold runs, before anything starts.
-
-    The folder itself, or the nearest existing folder above it, is probed with a temporary
-    folder that is removed at once: nothing is left behind.
-
-    Raises:
-        ValueError: It is a file, or it cannot be created or written to.
-    """
-    where = f"TRAIN_CONFIG.output_dir {output_dir}"
-    existing = output_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        what = "is a file" if existing == output_dir else f"is inside the file {existing}"
-        raise ValueError(f"{where} {what}, not a folder: give a folder for the run folders")
-    try:
-        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".skinet-write-check-"))
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise ValueError(
-            f"{where} cannot be written to ({reason}): give a folder you can write to, e.g. "
-            "--set TRAIN_CONFIG.output_dir=runs"
-        ) from None
-
-
-def is_launch_rank_zero() -> bool:
-    """Whether this process is global rank 0, judged from the launcher's environment.
-
-    Used before the ``Trainer`` (and its process group) exists. Lightning starts the other
-    ranks of a node with ``LOCAL_RANK`` set; torchrun and SLURM set ``RANK`` / ``SLURM_PROCID``;
-    other nodes of a Lightning multi-node job carry ``NODE_RANK``.
-    """
-    for variable in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
-        if os.environ.get(variable):
-            rank = int(os.environ[variable])
-            break
-    else:
-        rank = 0
-    if os.environ.get("RANK"):
-        return rank == 0
-    return rank == 0 and int(os.environ.get("NODE_RANK") or os.environ.get("GROUP_RANK") or 0) == 0
 
 
 def build_trainer(
@@ -184,6 +65,7 @@ def build_trainer(
 ) -> L.Trainer:
     """A Lightning ``Trainer`` configured from ``TRAIN_CONFIG``."""
     train_cfg = cfg.train
+    settings = resolve_train_settings(train_cfg)
     accelerator = "gpu" if train_cfg.accelerator == "cuda" else train_cfg.accelerator
     optional: dict[str, Any] = {
         key: getattr(train_cfg, key)
@@ -195,7 +77,7 @@ def build_trainer(
         devices=train_cfg.devices,
         num_nodes=train_cfg.num_nodes,
         strategy=train_cfg.strategy,
-        precision=train_cfg.precision,  # type: ignore[arg-type]
+        precision=settings.precision,  # type: ignore[arg-type]
         deterministic=deterministic,  # type: ignore[arg-type]
         max_epochs=train_cfg.max_epochs,
         logger=loggers or False,
@@ -277,11 +159,11 @@ def run_training(
             run_dir = resume_path.parent.parent
             run_name = run_dir.name
         payload = CheckpointPayload.from_checkpoint(
-            _check_resume(resume_path, train_cfg.max_epochs, run_dir), str(resume_path)
+            check_resume(resume_path, train_cfg.max_epochs, run_dir), str(resume_path)
         )
         check_attention_upsample(payload, cfg)  # before any run or folder is made
         source = f"{resume_path} (checkpoint config)"
-        saved = parse_config(payload.config, source, check_transforms=False)
+        saved = parse_config(payload.config, source)
         changes = refused_changes(saved, cfg)
         if changes:
             raise ResumeError(refusal_message(str(resume_path), changes))
@@ -289,11 +171,12 @@ def run_training(
 
     # Bad data, a model too large for the memory and an unreachable tracking server all fail
     # before any run folder or MLflow run is made, so a failed start leaves nothing half-made.
-    loaders = build_dataloaders(cfg, world_size=train_cfg.world_size)
+    settings = resolve_train_settings(train_cfg)
+    loaders = build_dataloaders(cfg, world_size=settings.world_size)
     try:
-        model = LightningModel(cfg.to_yaml_dict())
+        model = LightningModel(cfg.to_yaml_dict(), resolved=settings.as_dict())
     except RuntimeError as error:
-        oom = _out_of_memory(error, cfg, "building the model")
+        oom = out_of_memory_error(error, cfg, "building the model")
         if oom is None:
             raise
         raise oom from error
@@ -303,7 +186,7 @@ def run_training(
     )
     if rank_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(cfg.to_yaml_dict(), sort_keys=False))
+        write_config_file(run_dir / CONFIG_FILE, cfg, settings)
 
     if visualize and rank_zero:
         visualize_augmented_data(loaders.train_dataset, run_dir / "augmented_samples.png")
@@ -358,7 +241,9 @@ def run_training(
                 logger.finalize("success")
     except BaseException as error:
         _record_stop(cfg, loggers, error)
-        oom = _out_of_memory(error, cfg, "training") if isinstance(error, RuntimeError) else None
+        oom = (
+            out_of_memory_error(error, cfg, "training") if isinstance(error, RuntimeError) else None
+        )
         if oom is None:
             raise
         raise oom from error
@@ -387,33 +272,6 @@ def best_epoch_metrics(
     return {**rest, **history.history[epoch], "best_epoch": float(epoch)}
 
 
-class OutOfMemoryError(ValueError):
-    """The run ran out of memory; the message says which settings to lower."""
-
-
-def _out_of_memory(
-    error: RuntimeError, cfg: ExperimentConfig, doing: str
-) -> OutOfMemoryError | None:
-    """An :class:`OutOfMemoryError` saying what to lower for an out-of-memory ``error``
-    (``None`` for any other error)."""
-    text = str(error)
-    if not (
-        isinstance(error, torch.OutOfMemoryError)
-        or "out of memory" in text
-        or "can't allocate memory" in text
-    ):
-        return None
-    first = next((line.strip() for line in text.splitlines() if "memory" in line), text)
-    train, data, model = cfg.train, cfg.data, cfg.model
-    return OutOfMemoryError(
-        f"out of memory while {doing} ({first[:200]}). Lower what the run holds at once: "
-        f"TRAIN_CONFIG.batch_size (now {train.batch_size}), DATA_CONFIG.image_size (now "
-        f"{data.image_size}), MODEL_CONFIG.out_channels_layer1 (now "
-        f"{model.out_channels_layer1}) or number_of_layers (now {model.number_of_layers}); on "
-        "a GPU, TRAIN_CONFIG.precision: 16-mixed halves the activations"
-    )
-
-
 def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException) -> None:
     """Close the MLflow run: ``KILLED`` for SIGINT/SIGTERM, else ``FAILED`` with the error."""
     uri = resolve_tracking_uri(cfg)
@@ -428,15 +286,3 @@ def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException
             finish_run(uri, logger.run_id, "KILLED")
         except Exception as exc:  # noqa: BLE001 - the interruption must stay visible
             log.warning("could not mark MLflow run %s as KILLED: %s", logger.run_id, exc)
-
-
-__all__ = [
-    "CHECKPOINT_KEY",
-    "ResumeError",
-    "RunResult",
-    "build_trainer",
-    "find_last_checkpoint",
-    "is_launch_rank_zero",
-    "run_training",
-    "train_and_evaluate",
-]

@@ -1,0 +1,199 @@
+"""The SkiNet entry of a training checkpoint: one definition for the writer and every reader.
+
+A training checkpoint is a Lightning checkpoint (``state_dict`` keys under ``model.``) plus
+``checkpoint[CHECKPOINT_KEY]``, the :class:`CheckpointPayload` as plain data, so it loads with
+``torch.load(..., weights_only=True)``. ``LightningModel.on_save_checkpoint`` writes it;
+``skinet.checkpoints.read.load_checkpoint``, ``LightningModel.on_load_checkpoint`` and resuming
+read it.
+This module imports neither Lightning nor torch, so the prediction install can use it.
+
+Format versions:
+
+- **1** (no ``format_version`` key; before the deterministic attention gate): ``config``,
+  ``val_optimal_threshold``, ``threshold_used``, ``mlflow_run_id``. The attention gate
+  upsampled its coefficients bilinearly.
+- **2**: adds ``format_version``; the attention gate upsamples by nearest unless
+  ``MODEL_CONFIG.attention_upsample`` says otherwise. A format-1 payload whose model uses
+  ``merge_residual_mode: attention_gate`` is read with ``attention_upsample: bilinear``, so the
+  model predicts as it was trained.
+- **3**: adds ``calibration``, the threshold tuned on one's own labelled images by
+  ``skinet evaluate --tune-threshold --save-calibrated`` and where it was tuned. Only a
+  calibrated checkpoint is written in format 3, so that an older SkiNet refuses it instead of
+  predicting with the uncalibrated threshold; every other checkpoint stays format 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+CHECKPOINT_KEY = "skinet"
+"""Key of the checkpoint entry holding the :class:`CheckpointPayload`."""
+FORMAT_VERSION = 3
+"""Newest format this version of SkiNet reads (and writes for calibrated checkpoints)."""
+UNCALIBRATED_FORMAT_VERSION = 2
+"""Format of a checkpoint without a calibration."""
+LEGACY_FORMAT_VERSION = 1
+"""Format of a payload without ``format_version``."""
+DEFAULT_THRESHOLD = 0.5
+"""Probability threshold when a checkpoint records none."""
+
+_MODEL_SECTION = "MODEL_CONFIG"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, unsafe to unpickle, or not a SkiNet training checkpoint."""
+
+
+def _optional(value: Any, kind: type | tuple[type, ...], name: str, source: str) -> Any:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+        raise CheckpointError(
+            f"{source}: checkpoint['{CHECKPOINT_KEY}']['{name}'] must be "
+            f"{getattr(kind, '__name__', 'a number')} or null, got {value!r}"
+        )
+    return value
+
+
+def _calibration(raw: Any, source: str) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    threshold = raw.get("threshold") if isinstance(raw, Mapping) else None
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, (int, float))
+        or not 0 <= threshold <= 1
+    ):
+        raise CheckpointError(
+            f"{source}: checkpoint['{CHECKPOINT_KEY}']['calibration'] must be a mapping with a "
+            f"threshold in [0, 1], got {raw!r}"
+        )
+    return dict(raw)
+
+
+def _model_section(config: Mapping[str, Any]) -> tuple[str, Any]:
+    # Section names are matched as ExperimentConfig matches them (case and underscores ignored).
+    for key, value in config.items():
+        if str(key).replace("_", "").lower() == _MODEL_SECTION.replace("_", "").lower():
+            return str(key), value
+    return _MODEL_SECTION, None
+
+
+def upgrade_legacy_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A format-1 config with the model it was trained with spelled out for format 2.
+
+    Only a model using ``merge_residual_mode: attention_gate`` changes: it gets
+    ``attention_upsample: bilinear``, the gate that format-1 checkpoints were trained with.
+    """
+    upgraded = dict(config)
+    key, model = _model_section(config)
+    if (
+        isinstance(model, Mapping)
+        and model.get("merge_residual_mode") == "attention_gate"
+        and "attention_upsample" not in model
+    ):
+        upgraded[key] = {**model, "attention_upsample": "bilinear"}
+    return upgraded
+
+
+@dataclass(frozen=True)
+class CheckpointPayload:
+    """What SkiNet stores in ``checkpoint[CHECKPOINT_KEY]``.
+
+    Attributes:
+        config: The resolved experiment config as plain data (YAML section names).
+        val_optimal_threshold: Threshold chosen on the validation set (``None`` if never chosen).
+        threshold_used: Threshold the training run used last.
+        mlflow_run_id: The MLflow run the checkpoint belongs to; a resumed run continues it.
+        format_version: The format the payload was written in (see the module docs).
+        calibration: The threshold tuned on one's own images and where
+            (``threshold``, ``tuned_on``, ``num_images``, ``pooled_dice``, ``source_checkpoint``,
+            ``created``); ``None`` for an uncalibrated checkpoint.
+        resolved: What the config's automatic values (accelerator, precision, workers, world
+            size) resolved to on the machine that wrote the checkpoint; informative only, a
+            resumed run resolves them again.
+    """
+
+    config: dict[str, Any]
+    val_optimal_threshold: float | None = None
+    threshold_used: float | None = None
+    mlflow_run_id: str | None = None
+    format_version: int = UNCALIBRATED_FORMAT_VERSION
+    calibration: dict[str, Any] | None = None
+    resolved: dict[str, Any] | None = None
+
+    @property
+    def threshold(self) -> float:
+        """The calibrated threshold, else ``val_optimal_threshold``, else ``threshold_used``,
+        else :data:`DEFAULT_THRESHOLD`."""
+        calibrated = None if self.calibration is None else self.calibration["threshold"]
+        for value in (calibrated, self.val_optimal_threshold, self.threshold_used):
+            if value is not None:
+                return float(value)
+        return DEFAULT_THRESHOLD
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``checkpoint[CHECKPOINT_KEY]``, in the oldest format that holds it."""
+        data = asdict(self)
+        if self.resolved is None:
+            del data["resolved"]
+        if self.calibration is None:
+            del data["calibration"]
+            data["format_version"] = UNCALIBRATED_FORMAT_VERSION
+        else:
+            data["format_version"] = FORMAT_VERSION
+        return data
+
+    @classmethod
+    def from_dict(cls, raw: Any, source: str = "checkpoint") -> CheckpointPayload:
+        """Read a payload of any known format; a format-1 config is upgraded.
+
+        Raises:
+            CheckpointError: ``raw`` is not a mapping with a ``config`` mapping, a value has the
+                wrong type, or the format is newer than this SkiNet reads.
+        """
+        entry = f"checkpoint['{CHECKPOINT_KEY}']"
+        if not isinstance(raw, Mapping):
+            raise CheckpointError(f"{source}: {entry} must be a mapping, got {type(raw).__name__}")
+        config = raw.get("config")
+        if not isinstance(config, Mapping):
+            raise CheckpointError(f"{source}: {entry} has no 'config' mapping")
+        version = raw.get("format_version", LEGACY_FORMAT_VERSION)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise CheckpointError(f"{source}: {entry}['format_version'] is invalid: {version!r}")
+        if version > FORMAT_VERSION:
+            raise CheckpointError(
+                f"{source}: written in checkpoint format {version}, but this SkiNet reads formats "
+                f"up to {FORMAT_VERSION}: upgrade skinet to use it"
+            )
+        thresholds = [
+            _optional(raw.get(name), (int, float), name, source)
+            for name in ("val_optimal_threshold", "threshold_used")
+        ]
+        return cls(
+            config=upgrade_legacy_config(config) if version == 1 else dict(config),
+            val_optimal_threshold=None if thresholds[0] is None else float(thresholds[0]),
+            threshold_used=None if thresholds[1] is None else float(thresholds[1]),
+            mlflow_run_id=_optional(raw.get("mlflow_run_id"), str, "mlflow_run_id", source),
+            format_version=version,
+            calibration=_calibration(raw.get("calibration"), source),
+            resolved=_optional(raw.get("resolved"), dict, "resolved", source),
+        )
+
+    @classmethod
+    def from_checkpoint(
+        cls, checkpoint: Mapping[str, Any], source: str = "checkpoint"
+    ) -> CheckpointPayload:
+        """The payload of a loaded checkpoint dict.
+
+        Raises:
+            CheckpointError: The checkpoint has no SkiNet entry, or :meth:`from_dict` refuses it.
+        """
+        if not isinstance(checkpoint, Mapping) or not isinstance(
+            checkpoint.get(CHECKPOINT_KEY), Mapping
+        ):
+            raise CheckpointError(
+                f"{source} is not a SkiNet checkpoint: it has no '{CHECKPOINT_KEY}' entry with "
+                "the training config (write checkpoints with `skinet train`)"
+            )
+        return cls.from_dict(checkpoint[CHECKPOINT_KEY], source)

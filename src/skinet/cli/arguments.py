@@ -1,0 +1,128 @@
+"""What every ``skinet`` subcommand module shares: the handler type, argument types, ``--config``
+and ``--set``, and the usage error.
+
+This module sits below every CLI module (``skinet.cli.main``, ``skinet.*.cli``), which import it and
+never each other; it imports only the config schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar, get_args
+
+import yaml
+
+from skinet.augment.checks import check_config
+from skinet.config.data import DatasetName
+from skinet.config.errors import ConfigError
+from skinet.config.experiment import ExperimentConfig, load_config
+
+N = TypeVar("N", int, float)
+
+Handler = Callable[[argparse.Namespace], int]
+"""A subcommand's handler: the parsed arguments in, the exit status out."""
+
+DATASET_NAMES: tuple[str, ...] = get_args(DatasetName)
+"""Dataset layouts a ``--dataset`` option accepts, as ``DATA_CONFIG.dataset`` defines them."""
+
+
+def _number(
+    text: str, convert: Callable[[str], N], accept: Callable[[N], bool], expected: str
+) -> N:
+    """``convert(text)`` if it converts and ``accept``s, else an ``ArgumentTypeError``."""
+    try:
+        value = convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not accept(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: an integer >= 1."""
+    return _number(text, int, lambda value: value >= 1, "an integer >= 1")
+
+
+def non_negative_int(text: str) -> int:
+    """An ``argparse`` type: an integer >= 0."""
+    return _number(text, int, lambda value: value >= 0, "an integer >= 0")
+
+
+def positive_float(text: str) -> float:
+    """An ``argparse`` type: a finite number > 0."""
+    return _number(text, float, lambda value: math.isfinite(value) and value > 0, "a number > 0")
+
+
+def probability(text: str) -> float:
+    """An ``argparse`` type: a number in [0, 1]."""
+    return _number(text, float, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1]")
+
+
+@dataclass(frozen=True)
+class ExternalSet:
+    """A labelled folder given as ``--external NAME=IMAGES:MASKS``."""
+
+    name: str
+    images: Path
+    masks: Path
+
+
+EXTERNAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def external_set(text: str) -> ExternalSet:
+    """An ``argparse`` type: ``NAME=IMAGES:MASKS``, a name and two existing folders."""
+    name, sep, folders = text.partition("=")
+    images, colon, masks = folders.rpartition(":")
+    if not sep or not colon or not images or not masks:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=IMAGES:MASKS (e.g. clinic=clinic/images:clinic/masks), got {text!r}"
+        )
+    if not EXTERNAL_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"the name of {text!r} must be letters, digits, '_', '-' or '.' (it names a folder)"
+        )
+    for kind, folder in (("image", images), ("mask", masks)):
+        if not Path(folder).is_dir():
+            raise argparse.ArgumentTypeError(f"{name}: {kind} folder not found: {folder}")
+    return ExternalSet(name, Path(images), Path(masks))
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["TRAIN_CONFIG.max_epochs=3"]`` -> ``{"TRAIN_CONFIG.max_epochs": 3}`` (values as YAML)."""
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects SECTION.key=value, got {pair!r}")
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            problem = getattr(error, "problem", None) or "not valid YAML"
+            raise ConfigError(
+                f"--set {pair}: the value is not valid YAML ({problem}); quote it, e.g. "
+                f"--set '{key.strip()}=\"{value}\"'"
+            ) from None
+    return overrides
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config`` and repeated ``--set KEY=VALUE`` overrides."""
+    parser.add_argument("--config", required=True, type=Path, help="YAML experiment config")
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value, e.g. --set TRAIN_CONFIG.max_epochs=3 (repeatable)",
+    )
+
+
+def load_config_from_args(args: argparse.Namespace) -> ExperimentConfig:
+    """The config file of ``--config`` with every ``--set`` applied, its augmentations checked."""
+    return check_config(load_config(args.config, parse_overrides(args.set or [])), str(args.config))

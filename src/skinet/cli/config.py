@@ -1,0 +1,53 @@
+"""``skinet config show|check``: the resolved config on screen, and validation alone."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import yaml
+
+from skinet.augment.checks import transforms_checkable
+from skinet.cli.arguments import add_config_arguments, load_config_from_args
+from skinet.config.experiment import RESOLVED_KEY, ExperimentConfig
+from skinet.runtime.devices import resolve_train_settings
+
+
+def _load(args: argparse.Namespace) -> ExperimentConfig:
+    return load_config_from_args(args)
+
+
+def run_config_show(args: argparse.Namespace) -> int:
+    """Print the config with every default and derived value as YAML, then under ``RESOLVED``
+    what its automatic values resolve to on this machine."""
+    cfg = _load(args)
+    resolved = {RESOLVED_KEY: resolve_train_settings(cfg.train).as_dict()}
+    print(yaml.safe_dump({**cfg.to_yaml_dict(), **resolved}, sort_keys=False), end="")
+    return 0
+
+
+def run_config_check(args: argparse.Namespace) -> int:
+    """Validate the config; 0 when valid (an invalid one raises ConfigError: exit 2)."""
+    _load(args)
+    overrides = f" with {len(args.set)} override(s)" if args.set else ""
+    print(f"OK {args.config}{overrides} is a valid SkiNet config")
+    if not transforms_checkable():
+        print(
+            "note: TRANSFORM_CONFIG was not checked: albumentations is not installed "
+            "(pip install 'skinet[train]')"
+        )
+    return 0
+
+
+def add_config_subcommands(subparsers: Any) -> None:
+    """Register ``config show`` and ``config check``; each sets ``func`` to its handler."""
+    config = subparsers.add_parser("config", help="print or check a resolved experiment config")
+    commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
+    show = commands.add_parser(
+        "show", help="print the resolved config (every default and derived value) as YAML"
+    )
+    add_config_arguments(show)
+    show.set_defaults(func=run_config_show)
+    check = commands.add_parser("check", help="validate a config: exit 0 when valid, 2 if not")
+    add_config_arguments(check)
+    check.set_defaults(func=run_config_check)

@@ -1,0 +1,346 @@
+"""``skinet evaluate``: argument parsing only."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from skinet.cli.arguments import DATASET_NAMES, external_set, non_negative_int, positive_float
+from skinet.cli.inference import (
+    CHECKPOINTS,
+    add_leak_option,
+    add_model_options,
+    build_predictor,
+    checkpoint_info,
+    report_failures,
+)
+from skinet.config.errors import UsageError
+
+log = logging.getLogger("skinet")
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """Score a checkpoint on a split, a labelled folder and external sets, or predicted masks."""
+    from skinet.evaluation.mask_folders import evaluate_mask_folders
+
+    if args.predictions is not None or args.ground_truth is not None:
+        if args.predictions is None or args.ground_truth is None or args.checkpoint is not None:
+            raise UsageError("use --predictions with --ground-truth, or --checkpoint (not both)")
+        if args.external or args.images is not None or args.save_calibrated is not None:
+            raise UsageError("--external, --images and --save-calibrated need --checkpoint")
+        result = evaluate_mask_folders(
+            args.predictions,
+            args.ground_truth,
+            args.pixel_spacing_mm,
+            args.gallery,
+            args.gallery_order,
+        )
+        return _write_scored(result, args.output)
+    if args.checkpoint is None:
+        raise UsageError("give --checkpoint (with --data), or --predictions and --ground-truth")
+    _check_evaluate_options(args)
+    predictor = build_predictor(args)
+    sets = _evaluation_sets(predictor, args)
+    main_name, main_samples, _ = sets[0]
+    tuned_on = None
+    if args.tune_threshold:
+        tuned = _tune_threshold(predictor, main_samples, main_name, args)
+        tuned_on = _tuning_set(args) or args.split
+        if args.save_calibrated is not None:
+            _save_calibrated(args, predictor, tuned, main_name)
+    codes, summaries = [], {}
+    for name, samples, output in sets:
+        log.info("evaluating %d image(s) of %s", len(samples), name)
+        result = _evaluate_set(predictor, samples, args)
+        result.info.update(evaluated=name, threshold_tuned_on=tuned_on)
+        codes.append(_write_scored(result, output, quiet=len(sets) > 1))
+        summaries[name] = result.summary
+    if len(sets) > 1:
+        _print_sets(summaries)
+    return max(codes)
+
+
+def _check_evaluate_options(args: argparse.Namespace) -> None:
+    if (args.images is None) != (args.masks is None):
+        raise UsageError("--images and --masks go together")
+    if args.images is not None and (args.data is not None or args.dataset is not None):
+        raise UsageError("use --images with --masks, or --data/--dataset/--split (not both)")
+    if args.split == "none" and args.images is None and not args.external:
+        raise UsageError("--split none scores nothing: add --images/--masks or --external")
+    if args.save_calibrated is not None:
+        if not args.tune_threshold:
+            raise UsageError("--save-calibrated stores the tuned threshold: add --tune-threshold")
+        source = args.checkpoint[0]
+        if len(args.checkpoint) != 1 or source.is_dir():
+            raise UsageError("--save-calibrated calibrates one checkpoint file, not an ensemble")
+        if args.save_calibrated.resolve() == source.resolve():
+            raise UsageError(
+                f"--save-calibrated {args.save_calibrated} is the checkpoint being calibrated: "
+                "give a new file name (the original stays as trained)"
+            )
+    names = [external.name for external in args.external]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--external names must differ, got {names}")
+
+
+def _evaluation_sets(predictor: Any, args: argparse.Namespace) -> list[tuple[str, Any, Path]]:
+    """``(name, samples, output folder)``: the main set in --output, each external in a subfolder.
+
+    The main set is --images/--masks, else --split (none: the first external set).
+    """
+    from skinet.evaluation.evaluate import select_samples
+    from skinet.evaluation.mask_folders import pair_image_folder
+
+    sets: list[tuple[str, Any, Path]] = []
+    if args.images is not None:
+        sets.append((str(args.images), pair_image_folder(args.images, args.masks), args.output))
+    elif args.split != "none":
+        refuse_leak(predictor, args)
+        samples = select_samples(
+            predictor.config, args.data, args.dataset, args.split, recorded_split(args)
+        )
+        sets.append((f"split {args.split!r}", samples, args.output))
+    for external in args.external:
+        samples = pair_image_folder(external.images, external.masks)
+        sets.append((external.name, samples, args.output / external.name))
+    return sets
+
+
+def recorded_split(args: argparse.Namespace) -> Path | None:
+    """The ``splits.csv`` of a single checkpoint's run folder, if it is in one."""
+    from skinet.datasets.splits import SPLIT_FILE_NAME
+
+    if len(args.checkpoint) != 1 or args.checkpoint[0].is_dir():
+        return None
+    recorded = args.checkpoint[0].resolve().parent.parent / SPLIT_FILE_NAME
+    return recorded if recorded.is_file() else None
+
+
+def refuse_leak(predictor: Any, args: argparse.Namespace) -> None:
+    from skinet.inference.ensemble import check_split_not_leaked
+
+    try:
+        check_split_not_leaked(predictor, args.split, args.allow_leak)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.allow_leak and args.split in ("val", "train", "all"):
+        log.warning("--allow-leak: the scores of split %r are optimistic", args.split)
+
+
+def _evaluate_set(predictor: Any, samples: Any, args: argparse.Namespace) -> Any:
+    from skinet.evaluation.evaluate import evaluate_predictor
+
+    result = evaluate_predictor(
+        predictor,
+        samples,
+        pixel_spacing_mm=args.pixel_spacing_mm,
+        gallery_size=args.gallery,
+        gallery_order=args.gallery_order,
+    )
+    result.info.update(
+        checkpoint=checkpoint_info(args),
+        split=args.split,
+        threshold=predictor.threshold,
+        calibration=getattr(predictor, "calibration", None),
+        tta=args.tta,
+        keep_largest=args.keep_largest,
+        fill_holes=args.fill_holes,
+    )
+    return result
+
+
+def _write_scored(result: Any, output: Path, quiet: bool = False) -> int:
+    """Write one evaluation's reports and print its summary; its exit status."""
+    from skinet.evaluation.evaluate import write_evaluation
+
+    if not result.metrics:
+        report_failures(result.failures, "images", len(result.failures))
+        log.error("no image could be scored; nothing written to %s", output)
+        return 1
+    paths = write_evaluation(result, output)
+    if not quiet:
+        _print_summary(result.summary)
+    log.info("wrote %s", ", ".join(str(p) for p in paths.values()))
+    report_failures(result.failures, "images", len(result.metrics) + len(result.failures))
+    return int(result.exit_code)
+
+
+def _print_sets(summaries: dict[str, dict[str, Any]]) -> None:
+    """One row per evaluated set, and the mean over the sets (what the recipe study ranks by)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="mean per-image scores at the original resolution")
+    columns = ("images", "Jaccard", "Dice", "sens.", "spec.", "area ratio")
+    table.add_column("set")
+    for column in columns:
+        table.add_column(column, justify="right")
+    keys = ("mean_jaccard", "mean_dice", "mean_sensitivity", "mean_specificity")
+    for name, summary in summaries.items():
+        figures = [f"{summary[key]:.4f}" for key in keys]
+        ratio = summary.get("median_area_ratio")
+        area = "n/a" if ratio is None or ratio != ratio else f"{ratio:.2f}"
+        table.add_row(name, str(summary["num_images"]), *figures, area)
+    mean = sum(s["mean_jaccard"] for s in summaries.values()) / len(summaries)
+    table.add_row("mean over sets", "", f"{mean:.4f}", "", "", "", "", style="bold")
+    table.caption = "area ratio: median predicted / true lesion area (> 1: contour drawn too large)"
+    Console().print(table)
+
+
+def _tune_threshold(
+    predictor: Any, samples: list[Any], where: str, args: argparse.Namespace
+) -> Any:
+    from skinet.evaluation.tuning import tune_threshold
+
+    if args.threshold is not None:
+        raise UsageError("--tune-threshold picks the threshold: do not give --threshold too")
+    tuned = tune_threshold(predictor, samples)
+    predictor.threshold = tuned.threshold
+    print(
+        f"tuned threshold on {where} ({tuned.num_images} images): "
+        f"{tuned.threshold:.2f} (pooled Dice {tuned.dice:.4f})"
+    )
+    if args.split == "test" and args.images is None:
+        log.warning("the threshold was tuned on the test split: its scores are optimistic")
+    elif args.images is not None:
+        log.warning(
+            "the scores of %s are optimistic (the threshold was tuned on them): "
+            "check it on other labelled images (--external)",
+            where,
+        )
+    return tuned
+
+
+def _tuning_set(args: argparse.Namespace) -> str | None:
+    """The image folder the threshold is tuned on (``None``: a split of ``--data``)."""
+    if args.images is not None:
+        return str(args.images.resolve())
+    if args.split == "none":  # the first external set
+        return str(args.external[0].images.resolve())
+    return None
+
+
+def _save_calibrated(args: argparse.Namespace, predictor: Any, tuned: Any, where: str) -> None:
+    from skinet.checkpoints.read import load_checkpoint
+    from skinet.evaluation.calibration import calibration_record, save_calibrated_checkpoint
+
+    source = args.checkpoint[0]
+    own = load_checkpoint(source).threshold
+    tuned_on = _tuning_set(args) or where
+    record = calibration_record(tuned, tuned_on, source.resolve(), own)
+    path = save_calibrated_checkpoint(source, args.save_calibrated, record)
+    log.info(
+        "wrote %s: threshold %.2f (was %.2f); predict, evaluate and export use it",
+        path,
+        tuned.threshold,
+        own,
+    )
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary.get('num_images', 0)} images", show_header=False)
+    for key, value in summary.items():
+        if key.startswith(("mean_", "median_", "pooled_")):
+            table.add_row(key, "undefined" if value is None else f"{value:.4f}")
+    if summary.get("num_surface_undefined"):
+        table.add_row(
+            "images without HD95/ASSD (one mask empty)", str(summary["num_surface_undefined"])
+        )
+    Console().print(table)
+
+
+class _OneOrTwoValues(argparse.Action):
+    """``--pixel-spacing-mm S`` (isotropic) or ``--pixel-spacing-mm ROW COL``."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, *_: Any
+    ) -> None:
+        if len(values) > 2:
+            parser.error(f"{self.option_strings[0]} takes one value (isotropic) or two (row, col)")
+        setattr(namespace, self.dest, values)
+
+
+def add_evaluate_subcommand(subparsers: Any) -> None:
+    """Register ``evaluate`` (``func``: its handler)."""
+    from skinet.evaluation.evaluate import SPLIT_CHOICES
+    from skinet.evaluation.gallery import GALLERY_ORDERS
+
+    evaluate = subparsers.add_parser(
+        "evaluate", help="per-image Jaccard/Dice of a checkpoint or of predicted masks"
+    )
+    evaluate.add_argument("--checkpoint", **CHECKPOINTS)
+    evaluate.add_argument(
+        "--tune-threshold",
+        action="store_true",
+        help="pick the Dice-optimal threshold on --split (or --images), print it, score with it",
+    )
+    evaluate.add_argument(
+        "--save-calibrated",
+        type=Path,
+        metavar="CKPT",
+        help="with --tune-threshold: write a copy of the checkpoint that carries the tuned "
+        "threshold (predict, evaluate and export use it) and its model card",
+    )
+    evaluate.add_argument(
+        "--data", type=Path, help="dataset folder (default: the checkpoint's DATA_CONFIG)"
+    )
+    evaluate.add_argument(
+        "--dataset",
+        choices=DATASET_NAMES,
+        help="layout of --data (default: the checkpoint's DATA_CONFIG.dataset)",
+    )
+    evaluate.add_argument(
+        "--split",
+        default="test",
+        choices=(*SPLIT_CHOICES, "none"),
+        help="split of --data to score (default test; none: only --external)",
+    )
+    evaluate.add_argument(
+        "--images", type=Path, help="a labelled folder of images (instead of a split)"
+    )
+    evaluate.add_argument(
+        "--masks", type=Path, help="their masks, paired by image ID (stem without _mask, ...)"
+    )
+    evaluate.add_argument(
+        "--external",
+        action="append",
+        default=[],
+        type=external_set,
+        metavar="NAME=IMAGES:MASKS",
+        help="also score this labelled folder, into OUTPUT/NAME (repeatable); a table compares "
+        "every set",
+    )
+    evaluate.add_argument("--predictions", type=Path, help="folder of predicted masks")
+    evaluate.add_argument("--ground-truth", type=Path, help="folder of ground-truth masks")
+    evaluate.add_argument("--output", required=True, type=Path, help="folder for the reports")
+    evaluate.add_argument(
+        "--pixel-spacing-mm",
+        nargs="+",
+        type=positive_float,
+        action=_OneOrTwoValues,
+        metavar="MM",
+        help="millimetres per pixel (one value, or row and column): adds hd95_mm and assd_mm",
+    )
+    evaluate.add_argument(
+        "--gallery",
+        type=non_negative_int,
+        default=8,
+        metavar="N",
+        help="draw the N worst images to failure_gallery.png (0: none; default 8)",
+    )
+    evaluate.add_argument(
+        "--gallery-order",
+        choices=GALLERY_ORDERS,
+        default="jaccard",
+        help="worst by lowest Jaccard, or by area ratio farthest from 1 (a dilated or shrunk "
+        "contour)",
+    )
+    add_model_options(evaluate)
+    add_leak_option(evaluate)
+
+    evaluate.set_defaults(func=run_evaluate)

@@ -1,0 +1,188 @@
+"""``skinet predict`` and ``export``, and the model options they share with ``evaluate``:
+argument parsing only."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from skinet.cli.arguments import positive_int, probability
+from skinet.config.errors import UsageError
+
+log = logging.getLogger("skinet")
+
+CHECKPOINTS: dict[str, Any] = {
+    "nargs": "+",
+    "type": Path,
+    "metavar": "CKPT",
+    "help": "a .ckpt from training; several, or a `skinet cv` folder, form an ensemble "
+    "(mean of the probabilities)",
+}
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--threshold", type=probability, help="override the checkpoint's threshold (0..1)"
+    )
+    parser.add_argument("--tta", action="store_true", help="average over flips (4x slower)")
+    parser.add_argument(
+        "--keep-largest", action="store_true", help="keep only the largest connected component"
+    )
+    parser.add_argument("--fill-holes", action="store_true", help="fill holes inside the mask")
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=8, help="images per forward pass"
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        choices=("auto", "cpu", "cuda", "mps"),
+        help="where the model runs (auto: CUDA, else Apple MPS, else CPU)",
+    )
+
+
+def add_leak_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-leak",
+        action="store_true",
+        help="score --split val/train of an ensemble whose members trained on other splits (cv "
+        "folds) anyway: those images trained some members, so the scores are optimistic",
+    )
+
+
+def build_predictor(args: argparse.Namespace) -> Any:
+    from skinet.inference.ensemble import build_predictor, describe_threshold
+
+    predictor = build_predictor(
+        args.checkpoint,
+        device=args.device,
+        threshold=args.threshold,
+        tta=args.tta,
+        keep_largest=args.keep_largest,
+        fill_holes=args.fill_holes,
+        batch_size=args.batch_size,
+    )
+    log.info("%s", describe_threshold(predictor, args.threshold))
+    return predictor
+
+
+def checkpoint_info(args: argparse.Namespace) -> str | list[str]:
+    paths = [str(p) for p in args.checkpoint]
+    return paths[0] if len(paths) == 1 else paths
+
+
+def report_failures(failures: dict[Any, str], what: str, total: int) -> None:
+    if not failures:
+        return
+    log.error("%d of %d %s failed:", len(failures), total, what)
+    for name, message in failures.items():
+        log.error("  %s: %s", name, message)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """Predict masks for a file or folder; 1 if any image failed."""
+    from skinet.inference.predict import check_unique_stems, list_images, predict_paths
+
+    paths = list_images(args.input)
+    if not paths:
+        raise FileNotFoundError(f"no images (.jpg, .png, .bmp, .tif) in {args.input}")
+    try:
+        check_unique_stems(paths)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    predictor = build_predictor(args)
+    log.info("threshold %.3f, %d image(s) -> %s", predictor.threshold, len(paths), args.output)
+    report = predict_paths(
+        predictor,
+        paths,
+        args.output,
+        save_proba=args.save_proba,
+        save_overlay=args.save_overlay,
+        io_workers=args.io_workers,
+    )
+    log.info("wrote %d mask(s) to %s", len(report.written), args.output)
+    report_failures({p.name: m for p, m in report.failures.items()}, "images", len(paths))
+    return report.exit_code
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Export with sigmoid, write the sidecar, check parity; 1 when parity fails."""
+    from skinet.inference.export import ExportError, card_path, export_checkpoint, sidecar_path
+
+    try:
+        parity = export_checkpoint(
+            args.checkpoint, args.output, args.format, args.opset, args.tolerance
+        )
+    except ExportError as error:
+        if not str(error).startswith("parity check failed"):
+            raise
+        log.error("%s", error)
+        return 1
+    log.info(
+        "exported %s (+ %s, %s)",
+        args.output,
+        sidecar_path(args.output).name,
+        card_path(args.output).name,
+    )
+    if parity is not None:
+        log.info(
+            "parity: max |exported - PyTorch| = %.3g (tolerance %g)",
+            parity.max_abs_diff,
+            parity.tolerance,
+        )
+    return 0
+
+
+def add_predict_subcommand(subparsers: Any) -> None:
+    """Register ``predict`` (``func``: its handler)."""
+
+    predict = subparsers.add_parser("predict", help="segment images with a trained checkpoint")
+    predict.add_argument("--checkpoint", required=True, **CHECKPOINTS)
+    predict.add_argument("--input", required=True, type=Path, help="an image file or folder")
+    predict.add_argument("--output", required=True, type=Path, help="folder for <stem>_mask.png")
+    add_model_options(predict)
+    predict.add_argument(
+        "--save-proba",
+        nargs="?",
+        const="png",
+        choices=("png", "npy"),
+        help="also write probability maps: <stem>_proba.png (0..255, default) or .npy (float32)",
+    )
+    predict.add_argument(
+        "--save-overlay", action="store_true", help="also write <stem>_overlay.png (contour)"
+    )
+    predict.add_argument(
+        "--io-workers",
+        type=_non_negative_int,
+        default=2,
+        help="threads decoding and writing while the model runs (0: all in one thread)",
+    )
+    predict.set_defaults(func=run_predict)
+
+
+def add_export_subcommand(subparsers: Any) -> None:
+    """Register ``export`` (``func``: its handler)."""
+    from skinet.inference.export import DEFAULT_OPSET, DEFAULT_TOLERANCE
+
+    export = subparsers.add_parser(
+        "export", help="export the model (with sigmoid) to ONNX or TorchScript"
+    )
+    export.add_argument("--checkpoint", required=True, **CHECKPOINTS)
+    export.add_argument("--format", required=True, choices=("onnx", "torchscript"))
+    export.add_argument("--output", required=True, type=Path, help="the exported file")
+    export.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset version")
+    export.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="largest accepted |exported - PyTorch| on random inputs",
+    )
+    export.set_defaults(func=run_export)

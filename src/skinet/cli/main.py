@@ -1,0 +1,167 @@
+"""The ``skinet`` command line: argument parsing only, one function call per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import logging
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from skinet import __version__
+from skinet.cli.arguments import Handler
+from skinet.cli.config import add_config_subcommands
+from skinet.cli.data import add_data_subcommands
+from skinet.cli.evaluation import add_evaluate_subcommand
+from skinet.cli.experiments import add_sweep_subcommands
+from skinet.cli.extras import (
+    MissingExtraError,
+    as_missing_extra,
+    check_requirements,
+    required_modules,
+)
+from skinet.cli.inference import add_export_subcommand, add_predict_subcommand
+from skinet.cli.info import add_info_subcommand
+from skinet.cli.robustness import add_robustness_subcommand
+from skinet.cli.training import add_training_subcommands
+from skinet.config.errors import ConfigError, UsageError
+from skinet.tracking.mlflow_utils import TrackingError
+from skinet.training.signals import RunInterrupted
+
+log = logging.getLogger("skinet")
+
+SUBCOMMAND_GROUPS: tuple[Callable[[Any], Any], ...] = (
+    add_training_subcommands,
+    add_data_subcommands,
+    add_sweep_subcommands,
+    add_predict_subcommand,
+    add_evaluate_subcommand,
+    add_robustness_subcommand,
+    add_export_subcommand,
+    add_config_subcommands,
+    add_info_subcommand,
+)
+"""Each subcommand group's registration function, in ``--help`` order. Every function takes the
+top-level subparsers and adds its subcommands, each setting ``func`` to its handler; a handler
+imports what it runs (Lightning, MLflow, Optuna) only when it runs."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; each leaf subcommand sets ``func``, its handler."""
+    parser = argparse.ArgumentParser(
+        prog="skinet", description="Skin-lesion segmentation: train, sweep and evaluate UNet2D."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"skinet {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in SUBCOMMAND_GROUPS:
+        register(subparsers)
+    _add_verbose_to_subcommands(subparsers)
+    return parser
+
+
+def _add_verbose_to_subcommands(subparsers: argparse._SubParsersAction) -> None:
+    """Accept ``-v`` after the subcommand too (``skinet train -v``), at every level."""
+    for sub in subparsers.choices.values():
+        # SUPPRESS: a subcommand without -v leaves the top-level value alone.
+        sub.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging"
+        )
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_verbose_to_subcommands(action)
+
+
+def configure_logging(verbose: bool = False, training: bool = True) -> None:
+    """Rich console logging for ``skinet`` and quieter third-party loggers.
+
+    Args:
+        verbose: Debug level instead of info.
+        training: Also tame Lightning's and MLflow's loggers, which imports both (when
+            installed); prediction leaves them unimported.
+    """
+    from rich.logging import RichHandler
+
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if not any(isinstance(h, RichHandler) for h in root.handlers):
+        handler = RichHandler(rich_tracebacks=False, show_path=False, log_time_format="[%X]")
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.addFilter(_drop_advertisements)
+        root.addHandler(handler)
+    # Both configure their loggers at import; import them first so the settings below stick.
+    # Either may be missing: MLflow is not needed to train untracked, and ``skinet info`` must
+    # still run to say what is missing.
+    for module in ("lightning.pytorch", "mlflow") if training else ():
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
+
+    for noisy in ("alembic", "mlflow", "urllib3", "matplotlib", "PIL"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Lightning attaches its own stream handlers; route its records through the one above.
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        lightning_logger = logging.getLogger(name)
+        lightning_logger.handlers.clear()
+        lightning_logger.propagate = True
+    # Raised inside Lightning by torch>=2.10; nothing a user can act on.
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated")
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """``skinet data verify`` for the subcommand that ran."""
+    words = [getattr(args, name, None) for name in ("command", "data_command", "config_command")]
+    return " ".join(["skinet", *(w for w in words if isinstance(w, str))])
+
+
+def _drop_advertisements(record: logging.LogRecord) -> bool:
+    """Drop Lightning's tips about optional cloud services."""
+    return "Tip:" not in record.getMessage()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``skinet`` console script.
+
+    Exit status 2: usage and config errors, and a subcommand whose pip extra is not installed
+    (``skinet[train]``, ``skinet[onnx]``); 1: a run that failed (data, tracking, resume).
+    """
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.func
+    configure_logging(args.verbose, training=bool(required_modules(handler)))
+    try:
+        check_requirements(handler, _command_line(args))
+        return handler(args)
+    except MissingExtraError as error:
+        log.error("%s", error)
+        return 2
+    except ModuleNotFoundError as error:
+        # An extra's module imported deeper than the handler declares (MLflow with tracking on).
+        missing = as_missing_extra(error, _command_line(args))
+        if missing is None:
+            raise
+        log.error("%s", missing)
+        return 2
+    except UsageError as error:
+        log.error("%s (see %s --help)", error, _command_line(args))
+        return 2
+    except (ConfigError, FileNotFoundError) as error:
+        log.error("%s", error)
+        return 2
+    except TrackingError as error:
+        log.error("%s", error)
+        return 1
+    except RunInterrupted as error:
+        log.error("%s: the MLflow run is KILLED; continue with --resume last", error)
+        return error.exit_code
+    except ValueError as error:
+        # Data, resume and sweep problems are ValueErrors with a message meant for the user.
+        if args.verbose:
+            raise
+        log.error("%s", error)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

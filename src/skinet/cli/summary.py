@@ -1,0 +1,55 @@
+"""Human-readable summaries printed at the end of a command."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from skinet.config.experiment import ExperimentConfig
+from skinet.tracking.mlflow_utils import resolve_tracking_uri, sqlite_path
+
+if TYPE_CHECKING:
+    from skinet.training.records import RunResult
+
+HEADLINE_METRICS = (
+    "test_dice",
+    "test_iou",
+    "test_mean_dice_per_image",
+    "test_mean_iou_per_image",
+    "test_threshold_used",
+    "val_best_dice_at_threshold",
+    "val_mean_dice_per_image",
+    "val_optimal_threshold",
+)
+
+
+def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
+    """A table of the headline metrics and where the run wrote its outputs."""
+    console = Console()
+    metrics = result.metrics
+    table = Table(title="SkiNet run summary", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    monitor = cfg.sweep.monitor
+    table.add_row(f"{monitor} (best)", f"{metrics.get(monitor, float('nan')):.4f}")
+    for name in HEADLINE_METRICS:
+        if name in metrics and name != monitor:
+            table.add_row(name, f"{metrics[name]:.4f}")
+    console.print(table)
+    console.print(
+        f"trained {result.epochs_trained} epoch(s) in {result.fit_seconds:.0f} s (fit and test)"
+    )
+    console.print(f"run folder:       {result.run_dir}")
+    console.print(f"best checkpoint:  {result.best_checkpoint}")
+    if result.mlflow_run_id:
+        console.print(f"MLflow run id:    {result.mlflow_run_id}")
+    if cfg.train.use_mlflow_logger:
+        uri = resolve_tracking_uri(cfg)
+        if sqlite_path(uri) is not None:
+            hint = f"mlflow ui --backend-store-uri {shlex.quote(uri)}"
+            console.print(f"MLflow UI:        {hint}", markup=False, soft_wrap=True)
+        else:
+            console.print(f"MLflow tracking:  {uri}")

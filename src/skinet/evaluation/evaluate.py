@@ -1,0 +1,300 @@
+"""Evaluating a checkpoint on a dataset split, or a folder of predicted masks, per image.
+
+Outputs of :func:`write_evaluation`: ``per_image.csv`` (one row per image), ``summary.json``
+(means, spread, failures), ``jaccard_histogram.png`` and, when asked, ``failure_gallery.png``
+(the worst images by Jaccard with their contours).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from skinet.config.experiment import ExperimentConfig
+from skinet.datasets.layouts import Sample, assign_splits, read_layout
+from skinet.datasets.locate import resolve_root
+from skinet.datasets.splits import apply_split_file, read_split_file
+from skinet.evaluation.figures import plot_jaccard_histogram as draw_jaccard_histogram
+from skinet.evaluation.figures import save_figure
+from skinet.evaluation.gallery import GALLERY_FILE, FailureGallery
+from skinet.imaging.decode import DecodeError, read_image, read_mask
+from skinet.imaging.errors import DatasetError
+from skinet.inference.predictor import Predictor
+from skinet.metrics.masks import (
+    ISIC2018_JACCARD_CUTOFF,
+    MaskMetrics,
+    compute_mask_metrics,
+    summarize_metrics,
+)
+from skinet.metrics.surface import (
+    SurfaceMetrics,
+    check_spacing,
+    compute_surface_metrics,
+    summarize_surface_metrics,
+)
+
+log = logging.getLogger(__name__)
+
+PER_IMAGE_FILE = "per_image.csv"
+SUMMARY_FILE = "summary.json"
+HISTOGRAM_FILE = "jaccard_histogram.png"
+SPLIT_CHOICES = ("test", "val", "train", "all")
+
+
+@dataclass
+class EvaluationResult:
+    """Per-image metrics by image ID, their summary and the images that could not be scored.
+
+    Attributes:
+        metrics: Overlap metrics (confusion counts) per image.
+        surface: HD95 and ASSD per image (:mod:`skinet.metrics.surface`).
+        sizes: ``(height, width)`` per image.
+        failures: Images that could not be scored, with the reason.
+        info: What was evaluated (checkpoint, split, options), copied into the summary.
+        spacing_mm: ``(row, column)`` millimetres per pixel; adds the ``*_mm`` distances.
+        gallery: The worst images kept for ``failure_gallery.png``; ``None`` for no gallery.
+    """
+
+    metrics: dict[str, MaskMetrics] = field(default_factory=dict)
+    surface: dict[str, SurfaceMetrics] = field(default_factory=dict)
+    sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    spacing_mm: tuple[float, float] | None = None
+    gallery: FailureGallery | None = None
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """Overlap and surface-distance summaries plus failures and what was evaluated."""
+        undefined = sorted(image_id for image_id, m in self.surface.items() if not m.defined)
+        return {
+            **summarize_metrics(list(self.metrics.values())),
+            "jaccard_cutoff": ISIC2018_JACCARD_CUTOFF,
+            **summarize_surface_metrics(
+                list(self.surface.values()), with_mm=self.spacing_mm is not None
+            ),
+            "surface_undefined": undefined,
+            "pixel_spacing_mm": None if self.spacing_mm is None else list(self.spacing_mm),
+            "num_failed": len(self.failures),
+            "failures": dict(self.failures),
+            **self.info,
+        }
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every image was scored, 1 otherwise."""
+        return 1 if self.failures else 0
+
+
+def select_samples(
+    config: ExperimentConfig,
+    data_dir: Path | None = None,
+    dataset: str | None = None,
+    split: str = "test",
+    recorded_split: Path | None = None,
+) -> list[Sample]:
+    """The image/mask pairs of ``split`` (or ``all``), split as training split them.
+
+    ``recorded_split`` is the training run's own ``splits.csv``: when given (and ``data_dir``
+    is not), the split is read from it, and a data folder that no longer holds exactly its
+    images is refused with the ids that differ, so ``test`` can never silently become another
+    set of images. Otherwise ``DATA_CONFIG.split_file`` is read, and layouts without an official
+    split are carved with the checkpoint's ``split_random_seed`` and fractions.
+    """
+    if split not in SPLIT_CHOICES:
+        raise ValueError(f"split must be one of {SPLIT_CHOICES}, got {split!r}")
+    data = config.data
+    root = Path(data_dir) if data_dir is not None else resolve_root(config, generate=False)
+    index = read_layout(root, dataset or data.dataset, mask_suffix=data.mask_suffix)
+    for problem in index.problems:
+        log.warning("%s", problem)
+    if split == "all":
+        samples = [sample for pairs in index.splits.values() for sample in pairs]
+    else:
+        if recorded_split is not None and data_dir is None:  # what the run recorded
+            splits = _recorded_splits(index, recorded_split, split)
+        elif data.split_file is not None and data_dir is None:  # the training run's own split
+            splits = apply_split_file(index, data.split_file)
+        else:
+            splits = assign_splits(
+                index, data.split_random_seed, data.val_fraction, data.test_fraction
+            )
+        samples = splits.get(split, [])
+    if not samples:
+        raise DatasetError(f"no image/mask pairs in split {split!r} of {root}")
+    return samples
+
+
+def _recorded_splits(index: Any, recorded: Path, split: str) -> dict[str, list[Sample]]:
+    """The samples of a run's ``splits.csv``; refused when one of its images is gone.
+
+    Images the file does not list (added since, or left out by ``max_samples_per_split``) are
+    not scored.
+    """
+    assignment = read_split_file(recorded)
+    samples = {s.id: s for pairs in index.splits.values() for s in pairs}
+    missing = sorted(i for i in assignment if i not in samples)
+    if missing:
+        raise DatasetError(
+            f"the data under {index.root} no longer holds {len(missing)} image(s) of the split "
+            f"the training run recorded in {recorded} (e.g. {missing[:3]}): scoring a new split "
+            f"as {split!r} would mix in the run's training images. Restore the data folder, or "
+            "give --data to score a folder as its own layout splits it"
+        )
+    splits: dict[str, list[Sample]] = {}
+    for sample_id in sorted(assignment):
+        splits.setdefault(assignment[sample_id], []).append(samples[sample_id])
+    return splits
+
+
+def new_result(
+    pixel_spacing_mm: float | Sequence[float] | None,
+    gallery_size: int,
+    gallery_order: str = "jaccard",
+    **info: Any,
+) -> EvaluationResult:
+    return EvaluationResult(
+        info=info,
+        spacing_mm=check_spacing(pixel_spacing_mm),
+        gallery=FailureGallery(gallery_size, gallery_order) if gallery_size > 0 else None,
+    )
+
+
+def evaluate_predictor(
+    predictor: Predictor,
+    samples: Sequence[Sample],
+    progress: bool = True,
+    pixel_spacing_mm: float | Sequence[float] | None = None,
+    gallery_size: int = 0,
+    gallery_order: str = "jaccard",
+) -> EvaluationResult:
+    """Predict every sample at its original resolution and score it against its mask.
+
+    Args:
+        predictor: The model and its post-processing.
+        samples: Image/mask pairs (e.g. from :func:`select_samples`).
+        progress: Show a progress bar.
+        pixel_spacing_mm: Millimetres per pixel (isotropic, or ``(row, column)``) for the
+            ``hd95_mm``/``assd_mm`` columns.
+        gallery_size: Keep the this many worst images for ``failure_gallery.png`` (0: none).
+        gallery_order: Worst by ``jaccard`` or by ``area_ratio`` (:data:`GALLERY_ORDERS`).
+    """
+    from rich.progress import MofNCompleteColumn, Progress
+
+    result = new_result(pixel_spacing_mm, gallery_size, gallery_order)
+    batch: list[tuple[Sample, np.ndarray, np.ndarray]] = []
+
+    def flush() -> None:
+        masks = predictor.predict_batch([image for _, image, _ in batch])
+        for (sample, image, target), pred in zip(batch, masks, strict=True):
+            score_pair(result, sample.id, pred, target, image)
+        batch.clear()
+
+    columns = (*Progress.get_default_columns()[:2], MofNCompleteColumn())
+    with Progress(*columns, disable=not progress) as bar:
+        task = bar.add_task("evaluating", total=len(samples))
+        for sample in samples:
+            try:
+                image, target = read_image(sample.image_path), read_mask(sample.mask_path)
+            except (DecodeError, OSError) as error:
+                record_failure(result, sample.id, f"{sample.image_path.name}: {error}")
+                bar.advance(task)
+                continue
+            if image.shape[:2] != target.shape:
+                record_failure(
+                    result, sample.id, f"image {image.shape[:2]} and mask {target.shape} differ"
+                )
+            else:
+                batch.append((sample, image, target))
+            if len(batch) == predictor.batch_size:
+                flush()
+            bar.advance(task)
+        if batch:
+            flush()
+    return result
+
+
+def score_pair(
+    result: EvaluationResult,
+    image_id: str,
+    pred: np.ndarray,
+    target: np.ndarray,
+    image: np.ndarray | None = None,
+) -> None:
+    try:
+        metrics = compute_mask_metrics(pred, target)
+        surface = compute_surface_metrics(pred, target, result.spacing_mm)
+    except ValueError as error:
+        record_failure(result, image_id, str(error))
+        return
+    result.metrics[image_id] = metrics
+    result.surface[image_id] = surface
+    result.sizes[image_id] = (int(target.shape[0]), int(target.shape[1]))
+    if result.gallery is not None:
+        result.gallery.offer(image_id, metrics, surface, pred, target, image)
+
+
+def record_failure(result: EvaluationResult, image_id: str, message: str) -> None:
+    result.failures[image_id] = message
+    log.error("%s: %s", image_id, message)
+
+
+def write_evaluation(result: EvaluationResult, output_dir: Path) -> dict[str, Path]:
+    """Write ``per_image.csv``, ``summary.json``, the Jaccard histogram and the gallery.
+
+    Undefined distances (one mask empty) are ``nan`` in the CSV and left out of the means;
+    ``summary.json`` holds no NaN (a mean over no image is ``null``).
+
+    Returns:
+        The paths written by kind (``per_image``, ``summary``, ``histogram``, ``gallery``).
+    """
+    output_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "per_image": output_dir / PER_IMAGE_FILE,
+        "summary": output_dir / SUMMARY_FILE,
+        "histogram": output_dir / HISTOGRAM_FILE,
+    }
+    with_mm = result.spacing_mm is not None
+    rows = [
+        {
+            "id": image_id,
+            **metrics.as_row(),
+            **result.surface[image_id].as_row(with_mm),
+            "height": result.sizes[image_id][0],
+            "width": result.sizes[image_id][1],
+        }
+        for image_id, metrics in result.metrics.items()
+    ]
+    with paths["per_image"].open("w", newline="") as handle:
+        fieldnames = list(rows[0]) if rows else ["id"]
+        writer = csv.DictWriter(handle, fieldnames=fieldnames)
+        writer.writeheader()
+        writer.writerows(rows)
+    summary = {k: None if _is_nan(v) else v for k, v in result.summary.items()}
+    paths["summary"].write_text(json.dumps(summary, indent=2, allow_nan=False))
+    jaccards = [m.jaccard for m in result.metrics.values()]
+    save_figure(draw_jaccard_histogram(jaccards, ISIC2018_JACCARD_CUTOFF), paths["histogram"])
+    if result.gallery is not None:
+        threshold = result.info.get("threshold")
+        written = result.gallery.write(output_dir / GALLERY_FILE, threshold)
+        if written is not None:
+            paths["gallery"] = written
+    return paths
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def plot_jaccard_histogram(jaccards: Sequence[float], path: Path) -> None:
+    """Write the per-image Jaccard histogram
+    (:func:`skinet.evaluation.figures.plot_jaccard_histogram`)."""
+    save_figure(draw_jaccard_histogram(list(jaccards), ISIC2018_JACCARD_CUTOFF), path)

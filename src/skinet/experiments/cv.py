@@ -1,0 +1,259 @@
+"""k-fold cross-validation: one model per fold, the test split untouched, mean +- std.
+
+The training and validation samples are pooled and cut into ``k`` folds by
+``DATA_CONFIG.split_random_seed``; fold ``i`` validates on chunk ``i`` and trains on the rest,
+and every fold tests on the original test split. Each fold is an ordinary training run whose
+split is fixed by a split file (``<cv folder>/splits/fold_<i>.csv``), nested under one MLflow
+parent run. A fold that finished has ``results/fold_<i>.json`` with the SHA-256 of the cv's
+resolved config; a restarted cv skips it when the config is the same, and refuses, naming both
+hashes, when it is not (a rerun after changing ``lr``, the epochs or the data would otherwise
+report old folds, or mix them with new ones).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from skinet.config.errors import UsageError
+from skinet.config.experiment import ExperimentConfig
+from skinet.datasets.locate import index_dataset
+from skinet.datasets.splits import write_split_file
+from skinet.experiments.mlflow_parent import start_group_run
+from skinet.experiments.search_space import config_with_overrides
+from skinet.experiments.summary import print_table, summarize_runs, write_csv, write_json
+from skinet.tracking import runs as tracking_runs
+from skinet.tracking.mlflow_utils import resolve_tracking_uri
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CvResult:
+    """Per-fold metrics, their mean and std, and where the cv wrote them."""
+
+    cv_dir: Path
+    monitor: str
+    per_fold: dict[int, dict[str, float]]
+    mean: dict[str, float]
+    std: dict[str, float]
+    checkpoints: dict[int, str | None]
+    parent_run_id: str | None
+    skipped: list[int]
+    """Folds found finished from an earlier, interrupted invocation."""
+    out_of_fold: dict[str, Any] | None = None
+    """The summary of :func:`score_out_of_fold` (``None`` until scored, or without it)."""
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per fold, then the mean and std rows."""
+        names = list(self.mean)
+        rows: list[dict[str, Any]] = [
+            {"fold": str(fold), **{n: metrics.get(n) for n in names}}
+            for fold, metrics in sorted(self.per_fold.items())
+        ]
+        rows.append({"fold": "mean", **self.mean})
+        rows.append({"fold": "std", **self.std})
+        return rows
+
+
+def cv_folder(cfg: ExperimentConfig, folds: int) -> Path:
+    """``<output_dir>/cv_<experiment_name>_k<folds>``: the same for a restart."""
+    return Path(cfg.train.output_dir) / f"cv_{cfg.train.experiment_name}_k{folds}"
+
+
+def config_hash(cfg: ExperimentConfig) -> str:
+    """SHA-256 of the resolved config a cv trains its folds from."""
+    encoded = json.dumps(cfg.to_yaml_dict(), sort_keys=True, default=str).encode()
+    return hashlib.sha256(encoded).hexdigest()
+
+
+def _check_same_config(done: dict[str, Any], expected: str, result_path: Path) -> None:
+    found = done.get("config_sha256")
+    if found != expected:
+        raise UsageError(
+            f"{result_path.parent.parent} holds folds trained from another config (config "
+            f"SHA-256 {found or 'not recorded'}) than this one ({expected}): its results would "
+            "be reported as this config's. Remove that folder to start again, or give this "
+            "experiment another TRAIN_CONFIG.experiment_name"
+        )
+
+
+def carve_folds(cfg: ExperimentConfig, folds: int) -> list[dict[str, list[str]]]:
+    """The ``train``/``val``/``test`` ids of each fold (test: the config's test split)."""
+    _, splits = index_dataset(cfg)
+    pool = sorted(s.id for name in ("train", "val") for s in splits.get(name, []))
+    if folds < 2:
+        raise UsageError(f"--folds must be at least 2, got {folds}")
+    if len(pool) < folds:
+        raise UsageError(
+            f"--folds {folds}: only {len(pool)} training + validation samples to split"
+        )
+    order = np.random.default_rng(cfg.data.split_random_seed).permutation(len(pool))
+    chunks = [[pool[i] for i in chunk] for chunk in np.array_split(order, folds)]
+    test = sorted(s.id for s in splits.get("test", []))
+    return [
+        {
+            "train": sorted(i for j, c in enumerate(chunks) if j != fold for i in c),
+            "val": sorted(chunks[fold]),
+            "test": test,
+        }
+        for fold in range(folds)
+    ]
+
+
+def run_cv(
+    cfg: ExperimentConfig, folds: int, run_training_fn: Callable[..., Any] | None = None
+) -> CvResult:
+    """Train one model per fold (skipping finished folds), then summarise, write and log."""
+    if run_training_fn is None:
+        from skinet.training.run import run_training
+
+        run_training_fn = run_training
+    cv_dir = cv_folder(cfg, folds)
+    expected = config_hash(cfg)
+    for fold in range(1, folds + 1):  # refuse before anything trains or is reopened
+        result_path = cv_dir / "results" / f"fold_{fold}.json"
+        if result_path.is_file():
+            _check_same_config(json.loads(result_path.read_text()), expected, result_path)
+    fold_splits = carve_folds(cfg, folds)
+    name = cv_dir.name
+    parent = start_group_run(cfg, name, {"skinet.kind": "cv"}, reuse=True)
+    uri = resolve_tracking_uri(cfg) if parent is not None else None
+    per_fold: dict[int, dict[str, float]] = {}
+    checkpoints: dict[int, str | None] = {}
+    skipped: list[int] = []
+    for fold, ids in enumerate(fold_splits, start=1):
+        result_path = cv_dir / "results" / f"fold_{fold}.json"
+        if result_path.is_file():
+            done = json.loads(result_path.read_text())
+            per_fold[fold], checkpoints[fold] = done["metrics"], done["best_checkpoint"]
+            skipped.append(fold)
+            log.info("fold %d of %d already finished (%s); skipping", fold, folds, result_path)
+            continue
+        if parent is not None and uri is not None:
+            tracking_runs.terminate_open_child_runs(uri, parent, f"fold_{fold}")
+        split_file = write_split_file(ids, cv_dir / "splits" / f"fold_{fold}.csv")
+        overrides = {
+            "DATA_CONFIG.split_file": str(split_file.resolve()),
+            "TRAIN_CONFIG.output_dir": str(cv_dir),
+            "DATA_CONFIG.max_samples_per_split": None,  # the folds are already cut from it
+            # the default store lives in output_dir: keep the folds beside their parent run
+            "TRAIN_CONFIG.mlflow_config.tracking_uri": resolve_tracking_uri(cfg),
+        }
+        fold_cfg = config_with_overrides(cfg, overrides, f"cv fold {fold}")
+        log.info("fold %d of %d: %d train, %d val", fold, folds, len(ids["train"]), len(ids["val"]))
+        result = run_training_fn(
+            fold_cfg, visualize=False, parent_run_id=parent, run_name=f"fold_{fold}"
+        )
+        per_fold[fold] = {k: float(v) for k, v in result.metrics.items()}
+        checkpoints[fold] = str(result.best_checkpoint) if result.best_checkpoint else None
+        write_json(
+            result_path,
+            {
+                "fold": fold,
+                "config_sha256": expected,
+                "metrics": per_fold[fold],
+                "best_checkpoint": checkpoints[fold],
+                "run_dir": str(result.run_dir),
+                "mlflow_run_id": result.mlflow_run_id,
+            },
+        )
+    cv = _summarise(cfg, cv_dir, per_fold, checkpoints, parent, skipped)
+    cv.out_of_fold = score_out_of_fold(cfg, cv_dir, fold_splits, checkpoints)
+    if parent is not None and uri is not None:
+        _log_parent(uri, parent, cv)
+    return cv
+
+
+OUT_OF_FOLD = "out_of_fold"
+"""Folder of the out-of-fold evaluation in a cv folder."""
+
+
+def score_out_of_fold(
+    cfg: ExperimentConfig,
+    cv_dir: Path,
+    fold_splits: list[dict[str, list[str]]],
+    checkpoints: dict[int, str | None],
+) -> dict[str, Any] | None:
+    """Each fold's best model on its own validation chunk, pooled: ``<cv>/out_of_fold/``.
+
+    Every training image is scored once, by the one model that did not train on it (nnU-Net's
+    way of validating a cross-validation), at the original resolution with each fold's own
+    threshold: the honest validation figure of the cv's ensemble, which ``skinet evaluate
+    --split val`` of the ensemble cannot give. Returns the summary (``None`` when a fold has
+    no best checkpoint).
+    """
+    from skinet.evaluation.evaluate import EvaluationResult, evaluate_predictor, write_evaluation
+    from skinet.inference.predictor import Predictor
+
+    if any(checkpoints.get(fold) is None for fold in range(1, len(fold_splits) + 1)):
+        log.warning("out-of-fold scores skipped: a fold has no best checkpoint")
+        return None
+    _, splits = index_dataset(cfg)
+    by_id = {s.id: s for name in ("train", "val") for s in splits.get(name, [])}
+    pooled = EvaluationResult(info={"kind": "out-of-fold", "cv_folder": str(cv_dir)})
+    thresholds = {}
+    for fold, ids in enumerate(fold_splits, start=1):
+        predictor = Predictor.from_checkpoint(str(checkpoints[fold]), device="auto")
+        thresholds[str(fold)] = predictor.threshold
+        part = evaluate_predictor(predictor, [by_id[i] for i in ids["val"]], progress=False)
+        for name in ("metrics", "surface", "sizes", "failures"):
+            getattr(pooled, name).update(getattr(part, name))
+    pooled.info["fold_thresholds"] = thresholds
+    write_evaluation(pooled, cv_dir / OUT_OF_FOLD)
+    summary = pooled.summary
+    log.info(
+        "out-of-fold: mean per-image Jaccard %.4f over %d images (%s)",
+        summary["mean_jaccard"],
+        summary["num_images"],
+        cv_dir / OUT_OF_FOLD,
+    )
+    return summary
+
+
+def _summarise(
+    cfg: ExperimentConfig,
+    cv_dir: Path,
+    per_fold: dict[int, dict[str, float]],
+    checkpoints: dict[int, str | None],
+    parent: str | None,
+    skipped: list[int],
+) -> CvResult:
+    monitor = cfg.sweep.monitor
+    mean, std = summarize_runs(monitor, per_fold)
+    cv = CvResult(cv_dir, monitor, per_fold, mean, std, checkpoints, parent, skipped)
+    write_csv(cv_dir / "cv_results.csv", cv.rows())
+    write_json(
+        cv_dir / "cv_results.json",
+        {
+            "monitor": monitor,
+            "folds": len(per_fold),
+            "split_random_seed": cfg.data.split_random_seed,
+            "mean": mean,
+            "std": std,
+            "per_fold": {str(f): m for f, m in sorted(per_fold.items())},
+            "best_checkpoints": {str(f): c for f, c in sorted(checkpoints.items())},
+            "mlflow_parent_run_id": parent,
+        },
+    )
+    print_table(f"{cv_dir.name}: {len(per_fold)}-fold cross-validation", cv.rows())
+    return cv
+
+
+def _log_parent(uri: str, parent: str, cv: CvResult) -> None:
+    metrics = {f"{k}_mean": v for k, v in cv.mean.items()}
+    metrics.update({f"{k}_std": v for k, v in cv.std.items()})
+    if cv.out_of_fold is not None:
+        metrics["out_of_fold_mean_jaccard"] = cv.out_of_fold["mean_jaccard"]
+        metrics["out_of_fold_mean_dice"] = cv.out_of_fold["mean_dice"]
+    tracking_runs.log_metrics(uri, parent, metrics)
+    for name in ("cv_results.csv", "cv_results.json"):
+        tracking_runs.log_artifact(uri, parent, cv.cv_dir / name)
+    tracking_runs.finish_run(uri, parent)

@@ -1,0 +1,1 @@
+"""Lightning callbacks and the loggers/callbacks factory used by every training run."""

@@ -1,0 +1,138 @@
+"""Training progress as log lines, for runs that no one watches on a terminal.
+
+The rich progress bar draws only on a terminal: under ``> train.log``, ``nohup``, SLURM or CI a
+run would print its model summary and then nothing until the end. :class:`ProgressLogCallback`
+logs one line per epoch (steps, train loss, the validation metrics, images/s and the time left
+under ``TRAIN_CONFIG.max_time``) and, while an epoch trains, a line at least every
+``TRAIN_CONFIG.progress_log_interval_sec``. It stays quiet when the progress bar draws.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback, Timer
+
+from skinet.keys import MetricsKey
+from skinet.training.callbacks.throughput import batch_size_of
+
+log = logging.getLogger("skinet.progress")
+
+EPOCH_METRICS = (
+    "train_loss",
+    "val_loss",
+    "val_dice",
+    "val_iou",
+    MetricsKey.VAL_BEST_DICE_AT_THRESHOLD.value,
+)
+"""The metrics of an epoch's line, in this order, when the epoch logged them."""
+
+
+def _clock(seconds: float) -> str:
+    return str(timedelta(seconds=round(max(seconds, 0.0))))
+
+
+def _is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+class ProgressLogCallback(Callback):
+    """Log a line per epoch and at least one per ``interval_s`` while training.
+
+    Args:
+        interval_s: The longest silence while an epoch trains.
+        progress_bar: Whether the progress bar is on; with it on a terminal nothing is logged.
+    """
+
+    def __init__(self, interval_s: float = 60.0, progress_bar: bool = True) -> None:
+        self.interval_s = interval_s
+        self.active = not (progress_bar and _is_terminal())
+        self._last_line = 0.0
+        self._epoch_start = 0.0
+        self._train_seconds = 0.0
+        self._images = 0
+        self._fit_start = 0.0
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._fit_start = self._last_line = time.monotonic()
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch_start = time.monotonic()
+        self._train_seconds, self._images = 0.0, 0
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        self._images += batch_size_of(batch)
+        now = time.monotonic()
+        if not self.active or not trainer.is_global_zero or now - self._last_line < self.interval_s:
+            return
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        loss_text = f", loss {float(loss):.4f}" if loss is not None else ""
+        rate = self._images / max(now - self._epoch_start, 1e-9)
+        log.info(
+            "epoch %d/%d step %d/%s%s, %.1f images/s, %s elapsed%s",
+            trainer.current_epoch + 1,
+            trainer.max_epochs,
+            batch_idx + 1,
+            _total(trainer.num_training_batches),
+            loss_text,
+            rate,
+            _clock(now - self._fit_start),
+            _left(trainer),
+        )
+        self._last_line = now
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.training:
+            self._train_seconds = time.monotonic() - self._epoch_start
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.active or not trainer.is_global_zero:
+            return
+        now = time.monotonic()
+        seconds = self._train_seconds or now - self._epoch_start
+        metrics = trainer.callback_metrics
+        figures = ", ".join(
+            f"{name} {float(metrics[name]):.4f}" for name in EPOCH_METRICS if name in metrics
+        )
+        log.info(
+            "epoch %d/%d done: %d steps, %s, %.1f images/s, %s elapsed%s",
+            trainer.current_epoch + 1,
+            trainer.max_epochs,
+            trainer.num_training_batches if _finite(trainer.num_training_batches) else 0,
+            figures or "no metrics yet",
+            self._images / max(seconds, 1e-9),
+            _clock(now - self._fit_start),
+            _left(trainer),
+        )
+        self._last_line = now
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int) or (isinstance(value, float) and value != float("inf"))
+
+
+def _total(value: Any) -> str:
+    return str(int(value)) if _finite(value) else "?"
+
+
+def _left(trainer: L.Trainer) -> str:
+    """``, 0:07:48 left of max_time 0:15:00`` under a time budget, else nothing."""
+    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)  # type: ignore[attr-defined]
+    if timer is None or timer._duration is None:
+        return ""
+    remaining = timer.time_remaining()
+    if remaining is None:
+        return ""
+    return f", {_clock(remaining)} left of max_time {_clock(timer._duration)}"

@@ -1,0 +1,286 @@
+"""Every row of the "What SkiNet tells you" table in docs/debugging.md, run through ``main``.
+
+Each case writes a bad input under ``tmp_path``, runs the command a user would type and checks
+the exit status and the message the table promises. The table and these cases are kept equal by
+:func:`test_the_docs_table_lists_exactly_these_cases`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+import torch
+import yaml
+from tests.helpers.config import tiny_raw_config
+
+from skinet.cli.main import main
+from skinet.datasets.layouts import ISIC2017_FOLDERS
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "debugging.md"
+
+
+@dataclass
+class Setup:
+    """Paths of one case: a tiny config file, a private copy of the dataset, the run folder."""
+
+    tmp: Path
+    data: Path
+    raw: dict[str, Any]
+
+    def config(self, **sections: dict[str, Any]) -> str:
+        raw = {**self.raw}
+        for section, values in sections.items():
+            raw[section] = {**raw.get(section, {}), **values}
+        path = self.tmp / "config.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        return str(path)
+
+    @property
+    def runs(self) -> Path:
+        return Path(self.raw["TRAIN_CONFIG"]["output_dir"])
+
+
+def _train_masks(data: Path) -> list[Path]:
+    return sorted((data / ISIC2017_FOLDERS["train"][1]).glob("*.png"))
+
+
+def _train_images(data: Path) -> list[Path]:
+    return sorted((data / ISIC2017_FOLDERS["train"][0]).glob("*.jpg"))
+
+
+def _text_file(path: Path) -> Path:
+    path.write_text("<html><body>404 Not Found</body></html>\n")
+    return path
+
+
+def _broken_folder(s: Setup) -> None:
+    """One pairing problem (a missing mask) and two decode problems in one folder."""
+    _train_masks(s.data)[0].unlink()
+    _text_file(_train_images(s.data)[1])
+    truncated = _train_images(s.data)[2]
+    truncated.write_bytes(truncated.read_bytes()[:200])
+
+
+def _std_zero(s: Setup) -> list[str]:
+    return ["config", "check", "--config", s.config(DATA_CONFIG={"std": [0, 0.2, 0.2]})]
+
+
+def _std_negative(s: Setup) -> list[str]:
+    return ["train", "--config", s.config(), "--set", "DATA_CONFIG.std=[-0.1, 0.2, 0.2]"]
+
+
+def _mean_nan(s: Setup) -> list[str]:
+    return ["config", "check", "--config", s.config(), "--set", "DATA_CONFIG.mean=[.nan, 0, .inf]"]
+
+
+def _list_yaml(s: Setup) -> list[str]:
+    path = s.tmp / "list.yaml"
+    path.write_text("- TRAIN_CONFIG\n- MODEL_CONFIG\n")
+    return ["train", "--config", str(path), "--set", "TRAIN_CONFIG.max_epochs=1"]
+
+
+def _unknown_key(s: Setup) -> list[str]:
+    return ["config", "check", "--config", s.config(TRAIN_CONFIG={"max_epoch": 3})]
+
+
+def _unknown_nested_key(s: Setup) -> list[str]:
+    config = s.config(TRAIN_CONFIG={"early_stopping_config": {"patiance": 3}})
+    return ["config", "check", "--config", config]
+
+
+def _unknown_section(s: Setup) -> list[str]:
+    return ["config", "check", "--config", s.config(), "--set", "TRAIN_CONFG.max_epochs=3"]
+
+
+def _set_bad_yaml(s: Setup) -> list[str]:
+    return ["config", "show", "--config", s.config(), "--set", "TRAIN_CONFIG.lr=[0.1"]
+
+
+def _set_below_a_value(s: Setup) -> list[str]:
+    return ["config", "show", "--config", s.config(), "--set", "TRAIN_CONFIG.batch_size.x=1"]
+
+
+def _mode_mismatch(s: Setup) -> list[str]:
+    config = s.config(TRAIN_CONFIG={"early_stopping_config": {"mode": "min"}})
+    return ["train", "--config", config]
+
+
+def _pairing_and_decode(s: Setup) -> list[str]:
+    _broken_folder(s)
+    return ["train", "--config", s.config()]
+
+
+def _text_as_jpg(s: Setup) -> list[str]:
+    _text_file(_train_images(s.data)[0])
+    return ["data", "verify", "--data-dir", str(s.data)]
+
+
+def _grey_mask(s: Setup) -> list[str]:
+    for mask in _train_masks(s.data)[:2]:
+        size = cv2.imread(str(mask), cv2.IMREAD_GRAYSCALE).shape
+        gradient = np.linspace(0, 255, size[1], dtype=np.uint8)[None].repeat(size[0], 0)
+        assert cv2.imwrite(str(mask), gradient)
+    return ["data", "verify", "--data-dir", str(s.data)]
+
+
+def _resume_not_checkpoint(s: Setup) -> list[str]:
+    path = _text_file(s.tmp / "last.ckpt")
+    return ["train", "--config", s.config(), "--resume", str(path)]
+
+
+def _predict_not_checkpoint(s: Setup) -> list[str]:
+    path = _text_file(s.tmp / "best.ckpt")
+    image = _train_images(s.data)[0]
+    return ["predict", "--checkpoint", str(path), "--input", str(image), "--output", "out"]
+
+
+def _resume_foreign_checkpoint(s: Setup) -> list[str]:
+    torch.save({"state_dict": {}, "epoch": 0}, s.tmp / "other.ckpt")
+    return ["train", "--config", s.config(), "--resume", str(s.tmp / "other.ckpt")]
+
+
+def _evaluate_no_common_ids(s: Setup) -> list[str]:
+    predictions, truth = s.tmp / "pred", s.tmp / "truth"
+    predictions.mkdir()
+    truth.mkdir()
+    mask = np.zeros((8, 8), np.uint8)
+    cv2.imwrite(str(predictions / "photo_1_mask.png"), mask)
+    cv2.imwrite(str(truth / "ISIC_0000001_segmentation.png"), mask)
+    output = s.tmp / "report"
+    return ["evaluate", "--predictions", str(predictions), "--ground-truth", str(truth),
+            "--output", str(output)]  # fmt: skip
+
+
+def _evaluate_without_inputs(s: Setup) -> list[str]:
+    return ["evaluate", "--output", str(s.tmp / "report")]
+
+
+def _verify_without_source(s: Setup) -> list[str]:
+    return ["data", "verify"]
+
+
+def _seeds_duplicated(s: Setup) -> list[str]:
+    return ["seeds", "--config", s.config(), "--seeds", "1", "1"]
+
+
+def _batch_size_zero(s: Setup) -> list[str]:
+    return ["predict", "--checkpoint", "x.ckpt", "--input", ".", "--output", "o", "--batch-size",
+            "0"]  # fmt: skip
+
+
+@dataclass
+class Case:
+    """A bad input, the command run on it, and what SkiNet must answer."""
+
+    make: Callable[[Setup], list[str]]
+    exit_code: int
+    message: str
+    check: Callable[[Setup], None] | None = None
+
+
+def _nothing_written(s: Setup) -> None:
+    assert not (s.tmp / "report").exists()
+
+
+def _no_run_folder(s: Setup) -> None:
+    # Neither a run folder holding only config.yaml nor an MLflow store with an empty experiment.
+    assert not s.runs.exists() or not any(s.runs.iterdir())
+
+
+CASES: dict[str, Case] = {
+    "std-zero": Case(
+        _std_zero, 2, "DATA_CONFIG.std: every channel std must be a finite number > 0"
+    ),
+    "std-negative": Case(_std_negative, 2, "DATA_CONFIG.std: every channel std must be"),
+    "mean-nan-inf": Case(_mean_nan, 2, "DATA_CONFIG.mean: every channel mean must be a finite"),
+    "yaml-list": Case(_list_yaml, 2, "top level must be a mapping of sections"),
+    "unknown-key": Case(
+        _unknown_key, 2, "TRAIN_CONFIG.max_epoch: unknown key; did you mean max_epochs?"
+    ),  # noqa: E501
+    "unknown-nested-key": Case(
+        _unknown_nested_key,
+        2,
+        "TRAIN_CONFIG.early_stopping_config.patiance: unknown key; did you mean patience?",
+    ),
+    "unknown-section": Case(
+        _unknown_section, 2, "TRAIN_CONFG: unknown key; did you mean TRAIN_CONFIG?"
+    ),  # noqa: E501
+    "set-bad-yaml": Case(_set_bad_yaml, 2, "the value is not valid YAML"),
+    "set-below-a-value": Case(_set_below_a_value, 2, "TRAIN_CONFIG.batch_size is 4, not a section"),
+    "mode-mismatch": Case(
+        _mode_mismatch,
+        2,
+        "TRAIN_CONFIG.early_stopping_config.mode is 'min' but SWEEP_CONFIG.direction is 'maximize'",
+    ),
+    "pairing-and-decode": Case(_pairing_and_decode, 1, "has 3 problem(s)", _no_run_folder),
+    "text-as-jpg": Case(_text_as_jpg, 1, "not a JPEG file"),
+    "grey-mask": Case(_grey_mask, 0, "2 of 8 mask(s) of split train have grey values"),
+    "resume-not-checkpoint": Case(_resume_not_checkpoint, 1, "is not a checkpoint"),
+    "resume-foreign-checkpoint": Case(_resume_foreign_checkpoint, 1, "is not a SkiNet checkpoint"),
+    "predict-not-checkpoint": Case(_predict_not_checkpoint, 1, "is not a checkpoint"),
+    "evaluate-no-common-ids": Case(
+        _evaluate_no_common_ids, 1, "has the ID of a ground-truth mask", _nothing_written
+    ),
+    "evaluate-without-inputs": Case(_evaluate_without_inputs, 2, "give --checkpoint"),
+    "verify-without-source": Case(_verify_without_source, 2, "give --config or --data-dir"),
+    "seeds-duplicated": Case(_seeds_duplicated, 2, "--seeds has duplicates"),
+    "batch-size-zero": Case(_batch_size_zero, 2, "expected an integer >= 1, got 0"),
+}
+
+
+def _run(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exit_:  # argparse's own usage errors
+        return int(exit_.code or 0)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_gets_its_message(
+    name: str, tmp_path: Path, synthetic_root: Path, caplog, capsys, monkeypatch
+) -> None:
+    case = CASES[name]
+    data = tmp_path / "data"
+    shutil.copytree(synthetic_root, data)
+    raw = tiny_raw_config(tmp_path, data)
+    raw["TRAIN_CONFIG"].update(use_early_stopping=False, max_epochs=1)
+    setup = Setup(tmp_path, data, raw)
+    argv = case.make(setup)
+    monkeypatch.chdir(tmp_path)
+    code = _run(argv)
+    captured = capsys.readouterr()
+    said = re.sub(r"\s+", " ", caplog.text + captured.out + captured.err)
+    assert case.message in said, said[-3000:]
+    assert code == case.exit_code, said[-3000:]
+    if case.check is not None:
+        case.check(setup)
+
+
+def test_pairing_and_decode_problems_are_listed_together(
+    tmp_path: Path, synthetic_root: Path, caplog
+) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(synthetic_root, data)
+    _broken_folder(Setup(tmp_path, data, {}))
+    raw = tiny_raw_config(tmp_path, data)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    assert main(["train", "--config", str(config)]) == 1
+    text = caplog.text
+    assert "missing mask" in text and "not a JPEG file" in text and "truncated" in text
+
+
+def test_the_docs_table_lists_exactly_these_cases() -> None:
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \|(.+)\|$", DOCS.read_text(), re.MULTILINE)
+    documented = {name: row for name, row in rows}
+    assert sorted(documented) == sorted(CASES)
+    for name, case in CASES.items():
+        assert case.message.split(" ")[0] in documented[name], name

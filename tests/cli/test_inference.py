@@ -1,0 +1,108 @@
+"""``skinet predict``: outputs per image, a corrupt file reported, exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+from tests.helpers.inference import run_cli, write_rgb
+
+SIZES = {"wide": (50, 70), "square": (64, 64), "odd": (33, 97)}
+
+
+def _input_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i, (name, (height, width)) in enumerate(SIZES.items()):
+        write_rgb(folder / f"{name}.png", height, width, seed=i)
+    return folder
+
+
+def test_predict_folder_writes_masks_at_original_size(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    argv = [
+        "predict",
+        "--checkpoint",
+        str(trained_checkpoint),
+        "--input",
+        str(_input_dir(tmp_path)),
+    ]
+    argv += ["--output", str(out), "--save-proba", "--save-overlay", "--batch-size", "2"]
+    assert run_cli([*argv, "--device", "cpu", "--keep-largest", "--fill-holes"]) == 0
+    for name, (height, width) in SIZES.items():
+        mask = cv2.imread(str(out / f"{name}_mask.png"), cv2.IMREAD_UNCHANGED)
+        assert mask.shape == (height, width) and set(np.unique(mask)) <= {0, 255}
+        proba = cv2.imread(str(out / f"{name}_proba.png"), cv2.IMREAD_UNCHANGED)
+        assert proba.shape == (height, width) and proba.dtype == np.uint8
+        overlay = cv2.imread(str(out / f"{name}_overlay.png"))
+        assert overlay.shape == (height, width, 3)
+
+
+def test_corrupt_file_is_reported_and_the_rest_written(
+    trained_checkpoint: Path, tmp_path: Path, caplog
+) -> None:
+    folder = _input_dir(tmp_path)
+    (folder / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 definitely not a jpeg")
+    out = tmp_path / "out"
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--input", str(folder)]
+    code = run_cli([*argv, "--output", str(out), "--save-proba", "npy", "--device", "cpu"])
+    assert code == 1
+    assert sorted(p.name for p in out.glob("*_mask.png")) == [
+        f"{n}_mask.png" for n in sorted(SIZES)
+    ]
+    assert not (out / "broken_mask.png").exists()
+    assert np.load(out / "odd_proba.npy").shape == SIZES["odd"]
+    assert "broken.jpg" in caplog.text and "1 of 4 images failed" in caplog.text
+
+
+def test_single_file_and_missing_input(trained_checkpoint: Path, tmp_path: Path) -> None:
+    image = tmp_path / "one.jpg"
+    write_rgb(image, 40, 30)
+    out = tmp_path / "out"
+    base = ["predict", "--checkpoint", str(trained_checkpoint), "--output", str(out)]
+    assert run_cli([*base, "--input", str(image), "--threshold", "0.3"]) == 0
+    assert cv2.imread(str(out / "one_mask.png"), cv2.IMREAD_UNCHANGED).shape == (40, 30)
+    assert run_cli([*base, "--input", str(tmp_path / "nothing")]) == 2
+
+
+def test_malicious_checkpoint_fails_the_command(tmp_path: Path) -> None:
+    import torch
+    from tests.checkpoints.test_read import _Exploit
+
+    marker, path = tmp_path / "pwned", tmp_path / "evil.ckpt"
+    torch.save({"skinet": _Exploit(marker)}, path)
+    image = tmp_path / "x.png"
+    write_rgb(image, 32, 32)
+    argv = ["predict", "--checkpoint", str(path), "--input", str(image), "--output", str(tmp_path)]
+    assert run_cli(argv) == 1
+    assert not marker.exists()
+
+
+def test_inputs_that_would_write_one_mask_are_refused_before_anything_is_written(
+    trained_checkpoint: Path, tmp_path: Path, caplog
+) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_rgb(folder / "a.jpg", 40, 40, seed=0)
+    write_rgb(folder / "a.png", 40, 40, seed=1)
+    write_rgb(folder / "b.png", 40, 40, seed=2)
+    out = tmp_path / "out"
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--input", str(folder)]
+    assert run_cli([*argv, "--output", str(out)]) == 2
+    assert f"{folder / 'a.jpg'} and {folder / 'a.png'} would both write a_mask.png" in caplog.text
+    assert not out.exists()
+
+
+def test_a_file_that_is_not_an_image_is_refused_without_an_output_folder(
+    trained_checkpoint: Path, tmp_path: Path, caplog
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not an image")
+    out = tmp_path / "out"
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--input", str(notes)]
+    assert run_cli([*argv, "--output", str(out)]) == 2
+    assert f"{notes} is not an image" in caplog.text
+    assert not out.exists()

@@ -1,0 +1,237 @@
+"""Per-image metrics against hand-computed values, and ``skinet evaluate`` in both modes."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from tests.helpers.inference import run_cli, write_mask
+
+from skinet.evaluation.mask_folders import evaluate_mask_folders, mask_id
+from skinet.metrics.masks import MaskMetrics, compute_mask_metrics, summarize_metrics
+
+
+def _cases() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """ID -> (prediction, ground truth), 4x4 masks."""
+    gt = np.zeros((4, 4), np.uint8)
+    gt[0, :4] = 1  # 4 lesion pixels
+    half = np.zeros((4, 4), np.uint8)
+    half[0, :2] = half[1, :2] = 1  # 2 hits, 2 false positives, 2 misses
+    most = gt.copy()
+    most[1, 0] = 1  # 4 hits, 1 false positive: Jaccard 0.8
+    empty = np.zeros((4, 4), np.uint8)
+    return {
+        "half": (half, gt),
+        "exact": (gt.copy(), gt),
+        "both_empty": (empty, empty),
+        "missed": (empty, gt),
+        "most": (most, gt),
+    }
+
+
+# (tp, fp, fn, tn), jaccard, dice, thresholded jaccard, sensitivity, specificity, accuracy
+EXPECTED = {
+    "half": ((2, 2, 2, 10), 2 / 6, 4 / 8, 0.0, 2 / 4, 10 / 12, 12 / 16),
+    "exact": ((4, 0, 0, 12), 1.0, 1.0, 1.0, 1.0, 1.0, 1.0),
+    "both_empty": ((0, 0, 0, 16), 1.0, 1.0, 1.0, 1.0, 1.0, 1.0),
+    "missed": ((0, 0, 4, 12), 0.0, 0.0, 0.0, 0.0, 1.0, 12 / 16),
+    "most": ((4, 1, 0, 11), 0.8, 8 / 9, 0.8, 1.0, 11 / 12, 15 / 16),
+}
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_metrics_match_hand_computed(name: str) -> None:
+    pred, gt = _cases()[name]
+    metrics = compute_mask_metrics(pred * 255, gt)  # any non-zero value is lesion
+    counts, jaccard, dice, thresholded, sens, spec, acc = EXPECTED[name]
+    assert (metrics.tp, metrics.fp, metrics.fn, metrics.tn) == counts
+    assert metrics.jaccard == pytest.approx(jaccard)
+    assert metrics.dice == pytest.approx(dice)
+    assert metrics.thresholded_jaccard == pytest.approx(thresholded)
+    assert (metrics.sensitivity, metrics.specificity) == (pytest.approx(sens), pytest.approx(spec))
+    assert metrics.accuracy == pytest.approx(acc)
+
+
+def test_summary_means_and_cutoff() -> None:
+    summary = summarize_metrics([MaskMetrics(*e[0]) for e in EXPECTED.values()])
+    jaccards = [e[1] for e in EXPECTED.values()]
+    assert summary["num_images"] == 5
+    assert summary["mean_jaccard"] == pytest.approx(np.mean(jaccards))
+    assert summary["mean_dice"] == pytest.approx(np.mean([e[2] for e in EXPECTED.values()]))
+    assert summary["mean_thresholded_jaccard"] == pytest.approx((1 + 1 + 0.8) / 5)
+    assert summary["fraction_below_cutoff"] == pytest.approx(2 / 5)
+    assert summary["pooled_jaccard"] == pytest.approx(10 / (10 + 3 + 6))
+
+
+def test_size_mismatch_is_an_error() -> None:
+    with pytest.raises(ValueError, match="original resolution"):
+        compute_mask_metrics(np.zeros((4, 5)), np.zeros((5, 4)))
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("ISIC_1_mask.png", "ISIC_1"), ("ISIC_1_segmentation.png", "ISIC_1"), ("a.png", "a")],
+)
+def test_mask_ids(name: str, expected: str) -> None:
+    assert mask_id(Path(name)) == expected
+
+
+def test_evaluate_folders_cli(tmp_path: Path) -> None:
+    preds, gts, out = tmp_path / "pred", tmp_path / "gt", tmp_path / "report"
+    preds.mkdir(), gts.mkdir()
+    for name, (pred, gt) in _cases().items():
+        write_mask(preds / f"{name}_mask.png", pred)
+        write_mask(gts / f"{name}_segmentation.png", gt)
+    (preds / "half_proba.png").write_bytes(b"ignored: not a mask")
+    argv = ["evaluate", "--predictions", str(preds), "--ground-truth", str(gts)]
+    assert run_cli([*argv, "--output", str(out)]) == 0
+    with (out / "per_image.csv").open() as handle:
+        rows = {row["id"]: row for row in csv.DictReader(handle)}
+    assert set(rows) == set(EXPECTED)
+    assert float(rows["half"]["jaccard"]) == pytest.approx(1 / 3)
+    assert float(rows["both_empty"]["dice"]) == 1.0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mean_jaccard"] == pytest.approx(np.mean([e[1] for e in EXPECTED.values()]))
+    assert summary["num_failed"] == 0
+    assert (out / "jaccard_histogram.png").stat().st_size > 0
+
+
+def _square(col_shift: int = 0) -> np.ndarray:
+    mask = np.zeros((32, 32), np.uint8)
+    mask[10:20, 10 + col_shift : 20 + col_shift] = 1
+    return mask
+
+
+def test_evaluate_reports_surface_distances_and_a_gallery(tmp_path: Path) -> None:
+    """HD95/ASSD columns in px and mm (values of tests/metrics/test_surface.py), the
+    empty-mask conventions, and the failure gallery of the worst images by Jaccard."""
+    preds, gts, out = tmp_path / "pred", tmp_path / "gt", tmp_path / "report"
+    preds.mkdir(), gts.mkdir()
+    empty = np.zeros((32, 32), np.uint8)
+    cases = {
+        "shifted": (_square(3), _square()),  # Jaccard 70 / 130
+        "exact": (_square(), _square()),
+        "both_empty": (empty, empty),
+        "missed": (empty, _square()),  # Jaccard 0, distances undefined
+    }
+    for name, (pred, gt) in cases.items():
+        write_mask(preds / f"{name}_mask.png", pred)
+        write_mask(gts / f"{name}_segmentation.png", gt)
+    argv = ["evaluate", "--predictions", str(preds), "--ground-truth", str(gts)]
+    argv += ["--output", str(out), "--pixel-spacing-mm", "0.5", "--gallery", "2"]
+    assert run_cli(argv) == 0
+
+    with (out / "per_image.csv").open() as handle:
+        rows = {row["id"]: row for row in csv.DictReader(handle)}
+    columns = ("hd95_px", "assd_px", "hd95_mm", "assd_mm")
+    assert [float(rows["shifted"][c]) for c in columns] == [3.0, 1.5, 1.5, 0.75]
+    assert [float(rows["exact"][c]) for c in columns] == [0.0] * 4
+    assert [float(rows["both_empty"][c]) for c in columns] == [0.0] * 4
+    assert all(rows["missed"][c] == "nan" for c in columns)
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pixel_spacing_mm"] == [0.5, 0.5]
+    assert summary["num_surface_undefined"] == 1 and summary["surface_undefined"] == ["missed"]
+    assert summary["mean_hd95_px"] == pytest.approx(1.0)  # (3 + 0 + 0) / 3, "missed" left out
+    assert summary["mean_assd_mm"] == pytest.approx(0.25)
+
+    gallery = out / "failure_gallery.png"
+    assert gallery.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert cv2.imread(str(gallery)).shape[1] > 400  # two tiles side by side
+
+
+def test_evaluate_without_spacing_has_pixel_columns_only(tmp_path: Path) -> None:
+    preds, gts, out = tmp_path / "pred", tmp_path / "gt", tmp_path / "report"
+    preds.mkdir(), gts.mkdir()
+    write_mask(preds / "a.png", _square(3))
+    write_mask(gts / "a.png", _square())
+    argv = ["evaluate", "--predictions", str(preds), "--ground-truth", str(gts)]
+    assert run_cli([*argv, "--output", str(out), "--gallery", "0"]) == 0
+    with (out / "per_image.csv").open() as handle:
+        (row,) = csv.DictReader(handle)
+    assert float(row["hd95_px"]) == 3.0 and "hd95_mm" not in row
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pixel_spacing_mm"] is None and "mean_hd95_mm" not in summary
+    assert not (out / "failure_gallery.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--pixel-spacing-mm", "0"], "expected a number > 0"),
+        (["--pixel-spacing-mm", "1", "2", "3"], "one value (isotropic) or two"),
+        (["--gallery", "-1"], "expected an integer >= 0"),
+    ],
+)
+def test_bad_evaluate_options_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str], message: str
+) -> None:
+    argv = ["evaluate", "--predictions", str(tmp_path), "--ground-truth", str(tmp_path)]
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli([*argv, "--output", str(tmp_path / "r"), *option])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_and_mismatched_predictions_fail(tmp_path: Path) -> None:
+    preds, gts = tmp_path / "pred", tmp_path / "gt"
+    preds.mkdir(), gts.mkdir()
+    write_mask(gts / "a.png", np.ones((4, 4)))
+    write_mask(gts / "b.png", np.ones((4, 4)))
+    write_mask(preds / "a_mask.png", np.ones((4, 5)))
+    result = evaluate_mask_folders(preds, gts)
+    assert set(result.failures) == {"a", "b"} and "does not match" in result.failures["a"]
+    assert result.exit_code == 1
+    argv = ["evaluate", "--predictions", str(preds), "--ground-truth", str(gts)]
+    assert run_cli([*argv, "--output", str(tmp_path / "r")]) == 1
+    assert run_cli(["evaluate", "--predictions", str(preds), "--output", str(tmp_path)]) == 2
+
+
+def test_evaluate_checkpoint_on_a_split(
+    trained_checkpoint: Path, synthetic_root: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "report"
+    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--data", str(synthetic_root)]
+    argv += ["--dataset", "isic2017", "--split", "test", "--output", str(out), "--tta"]
+    assert run_cli([*argv, "--device", "cpu", "--keep-largest"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_images"] == 4 and summary["split"] == "test"
+    assert 0.0 <= summary["mean_jaccard"] <= 1.0
+    with (out / "per_image.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {(int(r["height"]), int(r["width"])) for r in rows} == {(64, 64)}  # original size
+    assert all(float(r["hd95_px"]) >= 0 or r["hd95_px"] == "nan" for r in rows)
+    # The default gallery: the 8 worst images, here all 4 of the split.
+    assert (out / "failure_gallery.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evaluate_uses_the_runs_recorded_split_and_refuses_when_an_image_is_gone(
+    tmp_path: Path, synthetic_root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import shutil
+
+    from tests.helpers.config import tiny_raw_config
+
+    from skinet.config.experiment import parse_config
+    from skinet.training.run import run_training
+
+    data = tmp_path / "data"
+    shutil.copytree(synthetic_root, data)
+    raw = tiny_raw_config(tmp_path, data)
+    raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False)
+    result = run_training(parse_config(raw), visualize=False)
+    checkpoint = str(result.best_checkpoint)
+    argv = ["evaluate", "--checkpoint", checkpoint, "--split", "test", "--gallery", "0"]
+    assert run_cli([*argv, "--output", str(tmp_path / "before")]) == 0
+    before = json.loads((tmp_path / "before" / "summary.json").read_text())
+    assert before["num_images"] == 4
+    (gone,) = sorted((data / "ISIC-2017_Test_v2_Data").glob("*.jpg"))[:1]
+    gone.unlink()
+    caplog.clear()
+    assert run_cli([*argv, "--output", str(tmp_path / "after")]) == 1
+    assert "no longer holds 1 image(s) of the split the training run recorded" in caplog.text
+    assert gone.stem in caplog.text and not (tmp_path / "after").exists()

@@ -1,0 +1,140 @@
+"""``skinet cv``: deterministic folds, the test split untouched, kill and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from skinet.cli.main import main
+from skinet.config.errors import UsageError
+from skinet.config.experiment import parse_config
+from skinet.datasets.locate import index_dataset
+from skinet.experiments.cv import carve_folds, cv_folder
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_folds_pool_train_and_val_and_keep_the_test_split(tiny_raw: dict[str, Any]) -> None:
+    cfg = parse_config(tiny_raw)
+    _, splits = index_dataset(cfg)
+    pool = sorted(s.id for name in ("train", "val") for s in splits[name])
+    folds = carve_folds(cfg, 3)
+    assert folds == carve_folds(cfg, 3)  # deterministic
+    assert sorted(i for f in folds for i in f["val"]) == pool  # every sample validated once
+    for fold in folds:
+        assert sorted(fold["train"] + fold["val"]) == pool and len(fold["val"]) == 4
+        assert fold["test"] == sorted(s.id for s in splits["test"])
+    other = parse_config(
+        {**tiny_raw, "DATA_CONFIG": {**tiny_raw["DATA_CONFIG"], "split_random_seed": 7}}
+    )
+    assert carve_folds(other, 3) != folds
+    with pytest.raises(UsageError, match="only 12 training"):
+        carve_folds(cfg, 13)
+
+
+@pytest.mark.heavy
+def test_cv_killed_after_the_first_fold_resumes_without_retraining_it(
+    tiny_raw: dict[str, Any], tmp_path: Path, mlflow_db_template: Path, capsys: Any
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    tiny_raw["TRAIN_CONFIG"].update({"max_epochs": 1, "use_early_stopping": False})
+    output_dir = Path(tiny_raw["TRAIN_CONFIG"]["output_dir"])
+    output_dir.mkdir(parents=True)
+    shutil.copyfile(mlflow_db_template, output_dir / "mlflow.db")
+    config = tmp_path / "cv.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw))
+    cv_dir = cv_folder(parse_config(tiny_raw), 3)
+    first_result = cv_dir / "results" / "fold_1.json"
+    argv = ["cv", "--config", str(config), "--folds", "3"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "skinet.cli.main", *argv],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not first_result.exists() and worker.poll() is None:
+            time.sleep(0.1)
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    assert first_result.exists(), "fold 1 did not finish"
+    assert not (cv_dir / "results" / "fold_3.json").exists()
+    fold_1 = first_result.read_text()
+
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "folds already finished and not retrained: [1]" in out
+    assert first_result.read_text() == fold_1
+    summary = json.loads((cv_dir / "cv_results.json").read_text())
+    assert sorted(summary["per_fold"]) == ["1", "2", "3"]
+    monitor = "val_best_dice_at_threshold"
+    values = [summary["per_fold"][f][monitor] for f in "123"]
+    assert summary["mean"][monitor] == pytest.approx(sum(values) / 3)
+    assert "test_dice" in summary["std"]
+    assert "mean" in (cv_dir / "cv_results.csv").read_text()
+
+    client = MlflowClient(f"sqlite:///{output_dir / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tiny")
+    runs = client.search_runs([experiment.experiment_id])
+    parent = next(r for r in runs if r.info.run_name == cv_dir.name)
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    names = sorted(r.info.run_name for r in children if r.info.status == "FINISHED")
+    assert names == ["fold_1", "fold_2", "fold_3"]  # fold 1 trained once
+    assert f"{monitor}_mean" in parent.data.metrics and parent.info.status == "FINISHED"
+
+
+@pytest.mark.heavy
+def test_a_rerun_with_another_config_refuses_the_old_folds_and_names_both_hashes(
+    tiny_raw: dict[str, Any], tmp_path: Path, caplog: Any
+) -> None:
+    from skinet.experiments.cv import config_hash
+
+    tiny_raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False)
+    config = tmp_path / "cv.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw))
+    argv = ["cv", "--config", str(config), "--folds", "2"]
+    assert main(argv) == 0
+    cv_dir = cv_folder(parse_config(tiny_raw), 2)
+    fold_1 = (cv_dir / "results" / "fold_1.json").read_text()
+    old_hash = config_hash(parse_config(tiny_raw))
+    assert json.loads(fold_1)["config_sha256"] == old_hash
+
+    # Out-of-fold: every pooled training image scored once, by the fold that did not train on it.
+    oof = json.loads((cv_dir / "out_of_fold" / "summary.json").read_text())
+    assert oof["num_images"] == 12 and oof["num_failed"] == 0
+    rows = (cv_dir / "out_of_fold" / "per_image.csv").read_text().splitlines()[1:]
+    assert len(rows) == 12 and len({row.split(",")[0] for row in rows}) == 12
+    # The ensemble of the folds: its val split is leaked, its test split is not.
+    evaluate = ["evaluate", "--checkpoint", str(cv_dir), "--output", str(tmp_path / "eval")]
+    caplog.clear()
+    assert main([*evaluate, "--split", "val"]) == 2
+    assert "out_of_fold/summary.json" in caplog.text and "--split test" in caplog.text
+    assert main([*evaluate, "--split", "val", "--allow-leak", "--gallery", "0"]) == 0
+    assert main([*evaluate, "--split", "test", "--gallery", "0"]) == 0
+    robustness = ["robustness", "--checkpoint", str(cv_dir), "--shifts", "gamma"]
+    assert main([*robustness, "--split", "val", "--output", str(tmp_path / "rob")]) == 2
+
+    changed = [*argv, "--set", "TRAIN_CONFIG.lr=0.05"]
+    new_hash = config_hash(
+        parse_config({**tiny_raw, "TRAIN_CONFIG": {**tiny_raw["TRAIN_CONFIG"], "lr": 0.05}})
+    )
+    assert main(changed) == 2
+    assert old_hash in caplog.text and new_hash in caplog.text
+    assert (cv_dir / "results" / "fold_1.json").read_text() == fold_1  # nothing touched
+    assert main(argv) == 0  # the same config still resumes: every fold finished
