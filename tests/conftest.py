@@ -28,6 +28,10 @@ workers): they carry ``@pytest.mark.process`` (``heavy`` tests always do), so
 ``pytest -m "not process"`` is the in-process suite. :func:`_processes_are_marked` enforces it."""
 
 
+PROBES = ("git", "uname")
+"""Commands libraries run to describe the machine or the source tree: not the test's processes."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("heavy") is not None:
@@ -38,8 +42,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _processes_are_marked(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
-    """Fail a test that starts a process without the ``process`` marker (``git``, which MLflow
-    asks for the source version, does not count)."""
+    """Fail a test that starts a process without the ``process`` marker (``git`` and ``uname``,
+    which MLflow and ``platform`` ask about the machine, do not count)."""
     if request.node.get_closest_marker(PROCESS_MARKER) is not None:
         yield
         return
@@ -49,7 +53,7 @@ def _processes_are_marked(
 
     def popen(self: subprocess.Popen, args: Any, *rest: Any, **kwargs: Any) -> None:
         argv = [args] if isinstance(args, str | os.PathLike) else list(args)
-        if Path(str(argv[0]).split()[0]).name != "git":
+        if Path(str(argv[0]).split()[0]).name not in PROBES:
             started.append(" ".join(map(str, argv))[:120])
         popen_init(self, args, *rest, **kwargs)
 

@@ -134,6 +134,9 @@ def test_a_killed_point_retried_to_success_counts_once(
     assert main(argv) == 0
     assert "1 complete, 0 failed of 1 grid point(s)" in capsys.readouterr().out
     assert [t.state for t in _trials(raw)] == [TrialState.FAIL, TrialState.COMPLETE]
+    folders = [d for d in (output_dir / STUDY).iterdir() if d.name.startswith("trial_")]
+    unfinished = [d.name for d in folders if not (d / "metrics.json").is_file()]
+    assert all(name.endswith(".killed") for name in unfinished), unfinished
 
     client = MlflowClient(f"sqlite:///{output_dir / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("tiny")

@@ -472,3 +472,24 @@ def test_out_of_memory_says_what_to_lower_and_leaves_no_run_folder(
     assert "MODEL_CONFIG.out_channels_layer1 (now 1048576)" in caplog.text
     assert "TRAIN_CONFIG.batch_size (now 4)" in caplog.text and "Traceback" not in caplog.text
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_resume_removes_empty_checkpoints_a_full_disk_left(
+    tiny_raw: dict[str, Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    config = _write(tiny_raw, tmp_path / "c.yaml", max_epochs=1)
+    assert main(["train", "--config", str(config), "--no-visualize"]) == 0
+    (run,) = _run_folders(tmp_path / "runs")
+    empty = run / "checkpoints" / "best-epoch=007.ckpt"
+    empty.touch()
+    resume = ["train", "--config", str(config), "--no-visualize", "--resume", "last"]
+    assert main([*resume, "--set", "TRAIN_CONFIG.max_epochs=2"]) == 0
+    assert not empty.exists()
+    assert f"removed the empty checkpoint {empty}" in caplog.text
+    assert all(p.stat().st_size > 0 for p in (run / "checkpoints").glob("*.ckpt"))
+    # The changed max_epochs is recorded as resume/1/..., not refused by MLflow as a new value.
+    printed = caplog.text + "".join(capfd.readouterr())
+    assert "Changing param values is not allowed" not in printed

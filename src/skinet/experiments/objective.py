@@ -5,15 +5,18 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 
 from skinet.config.errors import ConfigError
 from skinet.config.experiment import ExperimentConfig
-from skinet.experiments.grid import GRID_KEY_ATTR, duplicate_of
+from skinet.experiments.grid import GRID_KEY_ATTR, duplicate_of, grid_trials
 from skinet.experiments.search_space import SearchSpace, build_trial_config, trial_run_name
 from skinet.keys import HyperparamKey
+from skinet.training.records import METRICS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +97,7 @@ def build_objective(
         run_name = trial_run_name(trial.number, params)
         try:
             trial_cfg = build_trial_config(cfg, params, min_batch_size, trial_overrides)
+            mark_earlier_attempts(trial.study, trial.number, point, params, trial_cfg)
             trial.set_user_attr("lr_scaled", trial_cfg.train.lr)
             result = run_training_fn(
                 trial_cfg, visualize=False, parent_run_id=parent_run_id, run_name=run_name
@@ -118,3 +122,31 @@ def build_objective(
         return value
 
     return objective
+
+
+def mark_earlier_attempts(
+    study: optuna.Study, number: int, point: str, params: Mapping[str, Any], cfg: ExperimentConfig
+) -> list[Path]:
+    """Rename the folders of earlier attempts at ``point`` that did not finish.
+
+    A killed or failed trial leaves its run folder (config, logs, maybe checkpoints) under the
+    trial's name; beside the retry's folder it would look like a second result of the point.
+    Each one without ``metrics.json`` becomes ``<name>.killed`` (no error recorded: the worker
+    died) or ``<name>.failed``, kept for inspection. Returns the new paths.
+    """
+    output_dir = Path(cfg.train.output_dir)
+    renamed = []
+    for earlier in grid_trials(study, TrialState.FAIL):
+        if earlier.number >= number or earlier.user_attrs.get(GRID_KEY_ATTR) != point:
+            continue
+        folder = output_dir / trial_run_name(earlier.number, params)
+        if not folder.is_dir() or (folder / METRICS_FILE).is_file():
+            continue
+        suffix = ".failed" if "error" in earlier.user_attrs else ".killed"
+        target = folder.with_name(folder.name + suffix)
+        if target.exists():
+            continue
+        folder.rename(target)
+        log.info("trial %d: the unfinished attempt %s is now %s", number, folder, target.name)
+        renamed.append(target)
+    return renamed

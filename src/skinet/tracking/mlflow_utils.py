@@ -151,16 +151,18 @@ def mark_run_failed(run_id: str, uri: str, error: BaseException) -> None:
     client = MlflowClient(uri)
     summary = f"{type(error).__name__}: {error}"
     details = "".join(traceback.format_exception(error))
-    steps = (
+    steps = (  # the status first: on a full disk the artifact may fail where the row does not
+        ("status", lambda: client.set_terminated(run_id, "FAILED")),
         ("tag", lambda: client.set_tag(run_id, "error", summary[:_MAX_TAG_LENGTH])),
         ("traceback", lambda: client.log_text(run_id, details, "error.txt")),
-        ("status", lambda: client.set_terminated(run_id, "FAILED")),
     )
     for what, step in steps:
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - must not mask the training error
-            log.warning("could not record the %s of failed MLflow run %s: %s", what, run_id, exc)
+            # One line: a store error can carry the whole SQL statement and its parameters.
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            log.warning("could not record the %s of failed MLflow run %s: %s", what, run_id, first)
 
 
 def _output_root(cfg: ExperimentConfig, run_dir_root: Path | None) -> Path:

@@ -1,11 +1,13 @@
-"""Faults a run meets at its start: an output folder it cannot write to, and running out of memory
-(named with the settings to lower).
+"""Faults a run meets: an output folder it cannot write to, running out of memory (named with the
+settings to lower) and a full disk (named with the file it could not write).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
+import traceback
 from pathlib import Path
 
 import torch
@@ -64,3 +66,53 @@ def out_of_memory_error(
         f"{model.out_channels_layer1}) or number_of_layers (now {model.number_of_layers}); on "
         "a GPU, TRAIN_CONFIG.precision: 16-mixed halves the activations"
     )
+
+
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""No space left, over the disk quota, over the file-size limit: the disk took no more."""
+
+NO_SPACE_TEXTS = ("database or disk is full", "no space left on device", "disk quota exceeded")
+"""The same, as SQLite (the MLflow store) and wrapped errors say it."""
+
+
+def _file_being_written(error: BaseException) -> str | None:
+    """The path the innermost frame of ``error`` was writing (``filepath``, ``path``, ...): an
+    ``OSError`` raised through a buffered or fsspec file names no file of its own."""
+    frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+    for frame in reversed(frames):
+        for name in ("filepath", "urlpath", "path", "filename", "file"):
+            value = frame.f_locals.get(name)
+            if isinstance(value, str | os.PathLike) and str(value):
+                return str(value)
+    return None
+
+
+class DiskFullError(ValueError):
+    """The disk took no more while the run wrote; the message names the file and what to do."""
+
+
+def disk_full_error(error: BaseException, run_dir: Path) -> DiskFullError | None:
+    """A :class:`DiskFullError` for a write that failed for want of space anywhere in ``error``'s
+    chain (``None`` for any other error)."""
+    seen: list[BaseException] = []
+    cause: BaseException | None = error
+    while cause is not None and cause not in seen and len(seen) < 10:
+        seen.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    for item in seen:
+        text = str(item).lower()
+        if isinstance(item, OSError) and item.errno in NO_SPACE_ERRNOS:
+            written = item.filename or _file_being_written(item)
+            what = f"writing {written}" if written else "writing"
+            reason = item.strerror or str(item)
+        elif any(marker in text for marker in NO_SPACE_TEXTS):
+            what, reason = "writing to the MLflow store", str(item).splitlines()[0][:200]
+        else:
+            continue
+        return DiskFullError(
+            f"the disk is full: {what} failed ({reason}). Nothing of the failed write is kept. "
+            f"Free space where the run writes ({run_dir}), then continue the run with "
+            f"`skinet train --config {run_dir / 'config.yaml'} --resume last` (or start it again "
+            "if it saved no checkpoint yet); its MLflow run is marked FAILED"
+        )
+    return None

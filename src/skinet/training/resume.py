@@ -162,3 +162,15 @@ def check_resume(checkpoint_path: Path, max_epochs: int, run_dir: Path) -> dict[
         )
     log.info("resuming run %s from %s (%d epoch(s) done)", run_dir.name, checkpoint_path, done)
     return checkpoint
+
+
+def remove_empty_checkpoints(folder: Path) -> list[Path]:
+    """Remove the zero-byte ``*.ckpt`` files in ``folder`` (what a write to a full disk can
+    leave); a resumed run would otherwise list them beside its real checkpoints."""
+    removed = []
+    for path in sorted(folder.glob("*.ckpt")):
+        if path.is_file() and path.stat().st_size == 0:
+            path.unlink()
+            log.warning("removed the empty checkpoint %s (a write that never finished)", path)
+            removed.append(path)
+    return removed

@@ -28,7 +28,7 @@ from skinet.training.callbacks.resume import ResumeStateCallback
 from skinet.training.callbacks.setup import setup_logging_and_callbacks
 from skinet.training.data.loaders import build_dataloaders
 from skinet.training.data.visualize import visualize_augmented_data
-from skinet.training.guards import check_output_dir, out_of_memory_error
+from skinet.training.guards import check_output_dir, disk_full_error, out_of_memory_error
 from skinet.training.init_from import load_init_weights, read_init_source
 from skinet.training.lightning_model import LightningModel, check_attention_upsample
 from skinet.training.records import CONFIG_FILE, METRICS_FILE, RunResult, write_run_records
@@ -39,6 +39,7 @@ from skinet.training.resume import (
     find_last_checkpoint,
     refusal_message,
     refused_changes,
+    remove_empty_checkpoints,
 )
 from skinet.training.signals import RunInterrupted, stop_on_signals
 
@@ -168,6 +169,7 @@ def run_training(
         if changes:
             raise ResumeError(refusal_message(str(resume_path), changes))
         resume_run_id = payload.mlflow_run_id
+        remove_empty_checkpoints(resume_path.parent)
 
     # Bad data, a model too large for the memory and an unreachable tracking server all fail
     # before any run folder or MLflow run is made, so a failed start leaves nothing half-made.
@@ -244,9 +246,10 @@ def run_training(
         oom = (
             out_of_memory_error(error, cfg, "training") if isinstance(error, RuntimeError) else None
         )
-        if oom is None:
+        known = oom or disk_full_error(error, run_dir)
+        if known is None:
             raise
-        raise oom from error
+        raise known from error
     log.debug("run %s finished: %s", run_name, json.dumps(result.metrics))
     return result
 

@@ -67,6 +67,21 @@ class SkiNetMLFlowLogger(MLFlowLogger):
                 os.environ[TRACKING_URI_ENV] = previous
 
     @rank_zero_only
+    def log_hyperparams(self, params: Any) -> None:
+        """Log the parameters this run does not have yet.
+
+        A resumed run logs its hyperparameters again at fit start; MLflow refuses a changed
+        value ("Changing param values is not allowed") and would print that error for every
+        setting the resume changed. The run keeps its first values; what changed is recorded as
+        ``resume/<n>/<param>`` (:func:`log_params_once`).
+        """
+        flat = _flatten_dict(_convert_params(params))
+        existing = self.experiment.get_run(self.run_id).data.params if self.run_id else {}
+        new = {key: value for key, value in flat.items() if key not in existing}
+        if new:
+            super().log_hyperparams(new)
+
+    @rank_zero_only
     def finalize(self, status: str = "success") -> None:
         if status in ("failed", "FAILED"):
             self.failed = True
@@ -131,8 +146,27 @@ class MLflowTrainingArtifactsCallback(Callback):
             if stopping is not None:
                 client.log_dict(run_id, stopping, "early_stopping_state.json")
             if best is not None:
-                client.log_artifact(run_id, str(best), "checkpoints")
+                log_checkpoint_artifact(client, run_id, best)
                 client.set_tag(run_id, "best_checkpoint", best.name)
+
+
+def log_checkpoint_artifact(client: Any, run_id: str | None, checkpoint: Path) -> None:
+    """Copy ``checkpoint`` into the run's ``checkpoints/`` artifacts; a copy that fails (a full
+    disk) is removed from a local artifact store instead of being left there incomplete."""
+    try:
+        client.log_artifact(run_id, str(checkpoint), "checkpoints")
+    except OSError:
+        uri = client.get_run(run_id).info.artifact_uri
+        local = (
+            Path(uri.removeprefix("file://"))
+            if "://" not in uri or uri.startswith("file://")
+            else None
+        )
+        partial = None if local is None else local / "checkpoints" / checkpoint.name
+        if partial is not None and partial.is_file():
+            partial.unlink()
+            log.warning("removed the incomplete artifact copy %s", partial)
+        raise
 
 
 RESUMES_TAG = "skinet.resumes"

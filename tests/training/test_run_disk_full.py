@@ -1,0 +1,71 @@
+"""A disk that fills up while a run writes: one clear line, a FAILED run, no partial checkpoint.
+
+The full disk is the kernel's own: the training process runs with a file-size limit
+(``RLIMIT_FSIZE``, ``SIGXFSZ`` ignored), so the first file that would grow past it fails to
+write with ``EFBIG`` exactly as a full disk fails with ``ENOSPC``. The limit sits above every
+file of the run but the checkpoints, which a wider model makes larger than it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+LIMIT = 6 * 2**20
+
+
+def _limited() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
+
+
+@pytest.mark.heavy
+def test_a_full_disk_mid_run_is_one_line_a_failed_run_and_no_partial_checkpoint(
+    tiny_raw: dict[str, Any], tmp_path: Path, mlflow_db_template: Path
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    output = Path(tiny_raw["TRAIN_CONFIG"]["output_dir"])
+    output.mkdir(parents=True)
+    shutil.copyfile(mlflow_db_template, output / "mlflow.db")
+    tiny_raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=True)
+    tiny_raw["MODEL_CONFIG"].update(out_channels_layer1=32, number_of_layers=4)  # ~20 MB ckpt
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_URI")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO)])
+    env["COLUMNS"] = "400"
+    proc = subprocess.run(
+        [sys.executable, "-m", "skinet.cli.main", "train", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        preexec_fn=_limited,
+    )
+    output_text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output_text[-3000:]
+    assert "the disk is full: writing" in output_text and ".ckpt" in output_text, output_text
+    assert "--resume last" in output_text
+    assert "Traceback" not in output_text and "sqlalchemy" not in output_text.lower()
+
+    [run] = [p for p in output.iterdir() if p.is_dir() and (p / "config.yaml").is_file()]
+    leftovers = [p.name for p in run.rglob("*") if p.is_file() and ".ckpt" in p.name]
+    assert leftovers == [], leftovers  # neither an empty nor a partial checkpoint
+    client = MlflowClient(f"sqlite:///{output / 'mlflow.db'}")
+    [mlflow_run] = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert mlflow_run.info.status == "FAILED"
+    assert "DiskFullError" in mlflow_run.data.tags["error"] or "File too large" in str(
+        mlflow_run.data.tags["error"]
+    )
