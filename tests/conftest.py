@@ -25,7 +25,8 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 PROCESS_MARKER = "process"
 """One rule for the tests that start a process (a subprocess, a DDP rank, a server, DataLoader
 workers): they carry ``@pytest.mark.process`` (``heavy`` tests always do), so
-``pytest -m "not process"`` is the in-process suite. :func:`_processes_are_marked` enforces it."""
+``-m "not process and not slow and not gpu and not heavy"`` is the in-process default
+suite. :func:`_processes_are_marked` enforces it."""
 
 
 PROBES = ("git", "uname")

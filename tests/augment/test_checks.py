@@ -57,3 +57,21 @@ def test_seed_fallback(seed_value, compose_kwargs, expected) -> None:
     )
     assert resolve_transform_seed(cfg.transform, cfg.train.seed) == expected
     assert build_train_transform(cfg).seed == expected
+
+
+def test_every_entry_point_that_trains_checks_the_transforms(
+    tiny_raw: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from skinet.cli.main import main
+    from skinet.training.run import run_training
+
+    tiny_raw["TRANSFORM_CONFIG"] = {"train_transforms": [{"name": "NoSuchFlip"}]}
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw))
+    for command in (["train"], ["sweep"], ["seeds", "--seeds", "1"], ["cv"]):
+        caplog.clear()
+        assert main([*command, "--config", str(config)]) == 2, command
+        assert "train_transforms[0] (NoSuchFlip): unknown albumentations" in caplog.text, command
+    with pytest.raises(ConfigError, match=r"NoSuchFlip\): unknown albumentations"):
+        run_training(parse_config(tiny_raw))
+    assert not (tmp_path / "runs").exists()

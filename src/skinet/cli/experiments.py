@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, get_args
 
+from skinet.augment.checks import check_config
 from skinet.cli.arguments import (
     add_config_arguments,
     load_config_from_args,
@@ -58,7 +59,7 @@ def load_sweep_config(args: argparse.Namespace) -> ExperimentConfig:
     """The config of ``skinet sweep``: ``--set`` overrides, then the objective's precedence."""
     overrides = parse_overrides(args.set or [])
     overrides.update(objective_overrides(args.monitor, args.direction, None, overrides))
-    return load_config(args.config, overrides)
+    return check_config(load_config(args.config, overrides), str(args.config))
 
 
 @requires(*SWEEP_MODULES)

@@ -15,6 +15,7 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 
+from skinet.augment.checks import check_config
 from skinet.checkpoints.format import CheckpointPayload
 from skinet.config.experiment import RESOLVED_KEY, ExperimentConfig, parse_config
 from skinet.runtime.allocator import malloc_tuning, untuned_hint
@@ -130,6 +131,7 @@ def run_training(
         The run's outputs; ``metrics`` holds the monitored metric at its best epoch (under its
         own name), the last epoch's other validation metrics and every ``test_*`` metric.
     """
+    check_config(cfg, "the training config")  # the CLI checked it; a call from Python may not
     cfg, init_source = read_init_source(cfg)
     train_cfg = cfg.train
     rank_zero = is_launch_rank_zero()
