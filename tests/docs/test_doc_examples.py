@@ -35,6 +35,7 @@ from skinet.cli.arguments import parse_overrides
 from skinet.cli.main import build_parser, main
 from skinet.config.experiment import load_config
 from skinet.datasets.layouts import ISIC2017_FOLDERS
+from skinet.runtime.allocator import OPT_OUT
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
@@ -139,14 +140,19 @@ def _run(script: str | None, argv: list[str]) -> int:
             return main(argv)
         except SystemExit as exit_:  # --version and --help exit through argparse
             return int(exit_.code or 0)
-    saved = sys.argv
+    saved, tuning = sys.argv, os.environ.get(OPT_OUT)
     sys.argv = [script, *argv]
+    os.environ[OPT_OUT] = "0"  # the script would restart itself (exec) and replace pytest
     try:
         runpy.run_path(str(REPO / script), run_name="__main__")
     except SystemExit as exit_:
         return int(exit_.code or 0)
     finally:
         sys.argv = saved
+        if tuning is None:
+            os.environ.pop(OPT_OUT, None)
+        else:
+            os.environ[OPT_OUT] = tuning
     return 0
 
 
@@ -266,6 +272,7 @@ def test_doc_training_command_parses_and_resolves(
     load_config(args.config, parse_overrides(args.set or []))
 
 
+@pytest.mark.process  # sweeps with workers and DDP start processes
 @pytest.mark.slow
 @pytest.mark.parametrize("command", TRAINING_COMMANDS, ids=_ids)
 def test_doc_training_command_runs(
