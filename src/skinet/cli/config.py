@@ -9,8 +9,8 @@ import yaml
 
 from skinet.augment.checks import transforms_checkable
 from skinet.cli.arguments import add_config_arguments, load_config_from_args
-from skinet.config.experiment import RESOLVED_KEY, ExperimentConfig
-from skinet.runtime.devices import resolve_train_settings
+from skinet.config.experiment import ExperimentConfig
+from skinet.runtime.devices import config_with_resolved
 
 
 def _load(args: argparse.Namespace) -> ExperimentConfig:
@@ -21,8 +21,7 @@ def run_config_show(args: argparse.Namespace) -> int:
     """Print the config with every default and derived value as YAML, then under ``RESOLVED``
     what its automatic values resolve to on this machine."""
     cfg = _load(args)
-    resolved = {RESOLVED_KEY: resolve_train_settings(cfg.train).as_dict()}
-    print(yaml.safe_dump({**cfg.to_yaml_dict(), **resolved}, sort_keys=False), end="")
+    print(yaml.safe_dump(config_with_resolved(cfg), sort_keys=False), end="")
     return 0
 
 

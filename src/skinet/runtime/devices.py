@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from skinet.config.experiment import RESOLVED_KEY, ExperimentConfig
 from skinet.config.train import DeviceSpec, TrainConfig, parse_device_spec
 
 ResolvedAccelerator = Literal["cpu", "gpu", "mps"]
@@ -144,3 +145,12 @@ def resolve_train_settings(train: TrainConfig) -> TrainSettings:
         processes_per_node=processes,
         world_size=processes * train.num_nodes,
     )
+
+
+def config_with_resolved(
+    cfg: ExperimentConfig, settings: TrainSettings | None = None
+) -> dict[str, object]:
+    """``cfg`` as written (automatic values ``None``) and, under ``RESOLVED``, what they resolve
+    to here (``settings``, else resolved now): what a run's ``config.yaml`` and MLflow hold."""
+    settings = settings or resolve_train_settings(cfg.train)
+    return {**cfg.to_yaml_dict(), RESOLVED_KEY: settings.as_dict()}

@@ -19,7 +19,7 @@ from skinet.augment.checks import check_config
 from skinet.checkpoints.format import CheckpointPayload
 from skinet.config.experiment import RESOLVED_KEY, ExperimentConfig, parse_config
 from skinet.runtime.allocator import malloc_tuning, untuned_hint
-from skinet.runtime.devices import TrainSettings, resolve_train_settings
+from skinet.runtime.devices import TrainSettings, config_with_resolved, resolve_train_settings
 from skinet.runtime.rank import is_launch_rank_zero
 from skinet.tracking.mlflow_utils import make_run_name, mark_run_failed, resolve_tracking_uri
 from skinet.tracking.runs import finish_run, set_tags
@@ -50,11 +50,12 @@ log = logging.getLogger(__name__)
 def write_config_file(path: Path, cfg: ExperimentConfig, settings: TrainSettings) -> None:
     """``config.yaml``: the config as written (automatic values left ``null``), then, under
     ``RESOLVED``, what they resolved to on this machine; read back, ``RESOLVED`` is dropped."""
-    text = yaml.safe_dump(cfg.to_yaml_dict(), sort_keys=False)
-    resolved = yaml.safe_dump({RESOLVED_KEY: settings.as_dict()}, sort_keys=False)
+    written = config_with_resolved(cfg, settings)
+    resolved = {RESOLVED_KEY: written.pop(RESOLVED_KEY)}
     path.write_text(
-        f"{text}# Resolved on the machine that ran it; resolved again where it runs next.\n"
-        f"{resolved}"
+        yaml.safe_dump(written, sort_keys=False)
+        + "# Resolved on the machine that ran it; resolved again where it runs next.\n"
+        + yaml.safe_dump(resolved, sort_keys=False)
     )
 
 

@@ -20,8 +20,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_summary import ModelSummary
 
-from skinet.config.experiment import RESOLVED_KEY
-from skinet.runtime.devices import resolve_train_settings
+from skinet.runtime.devices import config_with_resolved
 
 if TYPE_CHECKING:
     from skinet.config.experiment import ExperimentConfig
@@ -115,17 +114,12 @@ class MLflowTrainingArtifactsCallback(Callback):
     def __init__(self, cfg: ExperimentConfig) -> None:
         self.cfg = cfg
 
-    def _config_with_resolved(self) -> dict[str, Any]:
-        """The config as written, and what its automatic values resolved to here (``RESOLVED``)."""
-        resolved = resolve_train_settings(self.cfg.train).as_dict()
-        return {**self.cfg.to_yaml_dict(), RESOLVED_KEY: resolved}
-
     @rank_zero_only
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         loggers = mlflow_loggers(trainer)
         if not loggers:
             return
-        params = flatten_params(self._config_with_resolved())
+        params = flatten_params(config_with_resolved(self.cfg))
         summary = str(ModelSummary(pl_module, max_depth=-1))
         for logger in loggers:
             log_params_once(logger, params)
@@ -137,7 +131,7 @@ class MLflowTrainingArtifactsCallback(Callback):
         loggers = mlflow_loggers(trainer)
         if not loggers:
             return
-        config_yaml = yaml.safe_dump(self._config_with_resolved(), sort_keys=False)
+        config_yaml = yaml.safe_dump(config_with_resolved(self.cfg), sort_keys=False)
         stopping = early_stopping_state(trainer)
         best = best_checkpoint(trainer) if self.cfg.train.mlflow_config.log_checkpoint else None
         for logger in loggers:
