@@ -67,6 +67,11 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "letterbox": {"DATA_CONFIG.resize_mode": "letterbox"},
     ROBUST: {},  # TRANSFORM_CONFIG of --robust-transforms, filled in by candidate_overrides
     "threshold_sweep": {"TRAIN_CONFIG.optimal_threshold": None},
+    "cosine_budget": {
+        "TRAIN_CONFIG.use_lr_scheduler": True,
+        "TRAIN_CONFIG.scheduler_type": "cosine_budget",
+    },
+    "ema": {"TRAIN_CONFIG.use_ema": True},
 }
 """Option name -> config overrides; a candidate joins options with ``+``."""
 DEFAULT_CANDIDATES = ("baseline", "instance", "group", "shades_of_gray", "letterbox", ROBUST)
@@ -220,10 +225,10 @@ def score_cell(args: argparse.Namespace, cell_dir: Path, row: dict[str, Any]) ->
     for external in args.external:
         evaluate += ["--external", external]
     robustness = ["robustness", *common, "--split", "val", "--output", str(report_dir)]
-    for command, summary_path in (
-        (evaluate, evaluate_dir / "summary.json"),
-        (robustness, report_dir / "robustness.json"),
-    ):
+    commands = [(evaluate, evaluate_dir / "summary.json")]
+    if args.shift_report:
+        commands.append((robustness, report_dir / "robustness.json"))
+    for command, summary_path in commands:
         summary_path.unlink(missing_ok=True)
         try:
             code = skinet_main(command)
@@ -238,7 +243,9 @@ def score_cell(args: argparse.Namespace, cell_dir: Path, row: dict[str, Any]) ->
         name: json.loads((evaluate_dir / name / "summary.json").read_text())
         for name in external_names(args.external)
     }
-    summary = json.loads((report_dir / "robustness.json").read_text())
+    summary: dict[str, Any] = {"mean_shifted_jaccard": None, "mean_drop": None, "num_failed": 0}
+    if args.shift_report:
+        summary = json.loads((report_dir / "robustness.json").read_text())
     real = [clean["mean_jaccard"], *(s["mean_jaccard"] for s in externals.values())]
     row.update(
         status="done",
@@ -249,7 +256,7 @@ def score_cell(args: argparse.Namespace, cell_dir: Path, row: dict[str, Any]) ->
         real_mean_jaccard=statistics.fmean(real),
         shifted_mean_jaccard=summary["mean_shifted_jaccard"],
         mean_drop=summary["mean_drop"],
-        worst_condition=summary["worst_condition"],
+        worst_condition=summary.get("worst_condition"),
         num_images=clean["num_images"],
         num_failed=clean["num_failed"] + summary["num_failed"],
         threshold=clean.get("threshold"),
@@ -334,7 +341,7 @@ def summarise(cells: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                     for name in names
                 },
                 "area_ratio": _mean(runs, "val_area_ratio"),
-                "shifted": statistics.fmean(r["shifted_mean_jaccard"] for r in runs),
+                "shifted": _mean(runs, "shifted_mean_jaccard"),
                 "epochs": statistics.fmean(r["epochs"] or 0 for r in runs),
                 "images_per_second": _mean(runs, "images_per_second"),
                 "per_seed": [(r["clean_val_jaccard"], r["shifted_mean_jaccard"]) for r in runs],
@@ -344,7 +351,8 @@ def summarise(cells: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     for row in rows:
         base = baselines.get(row["budget"])
         for key in ("real", "clean", "shifted"):
-            row[f"d_{key}"] = None if base is None else row[key] - base[key]
+            missing = base is None or row[key] is None or base[key] is None
+            row[f"d_{key}"] = None if missing else row[key] - base[key]
     rows.sort(key=lambda r: (r["budget"], -r["real"]))
     return rows
 
@@ -369,13 +377,13 @@ def markdown_table(cells: dict[str, dict[str, Any]]) -> str:
         "|---|---|---|---|---|" + "---|" * len(names) + "---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        per_seed = "; ".join(f"{c:.4f} / {s:.4f}" for c, s in row["per_seed"])
+        per_seed = "; ".join(f"{c:.4f} / {_figure(s)}" for c, s in row["per_seed"])
         seeds = ",".join(str(s) for s in row["seeds"])
         externals = "".join(f"{_figure(row['externals'].get(name))} | " for name in names)
         lines.append(
             f"| {row['budget']} | {row['candidate']} | {seeds} | {row['real']:.4f} | "
             f"{row['clean']:.4f} | {externals}{_signed(row['d_real'])} | "
-            f"{_figure(row['area_ratio'], 2)} | {row['shifted']:.4f} | "
+            f"{_figure(row['area_ratio'], 2)} | {_figure(row['shifted'])} | "
             f"{_signed(row['d_shifted'])} | {row['epochs']:.1f} | "
             f"{_figure(row['images_per_second'], 1)} | {per_seed} |"
         )
@@ -387,6 +395,57 @@ def markdown_table(cells: dict[str, dict[str, Any]]) -> str:
         "images x epochs / fit time (validation included).\n"
     )
     return "\n".join(lines) + "\n" + note
+
+
+def cell_scores(output: Path, row: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per-image Jaccard of a finished cell by set (``val`` and each external), read from the
+    ``per_image.csv`` files its ``skinet evaluate`` wrote."""
+    evaluate = output / "runs" / row["budget"] / row["candidate"] / f"seed{row['seed']}"
+    evaluate /= "evaluate"
+    files = {"val": evaluate / "per_image.csv"}
+    files.update(
+        {name: evaluate / name / "per_image.csv" for name in row.get("external_jaccard") or {}}
+    )
+    scores = {}
+    for name, path in files.items():
+        if path.is_file():
+            with path.open() as handle:
+                scores[name] = {
+                    line["id"]: float(line["jaccard"]) for line in csv.DictReader(handle)
+                }
+    return scores
+
+
+def compare_with_baseline(output: Path, cells: dict[str, dict[str, Any]]) -> str:
+    """``skinet compare``'s table of every candidate against ``baseline``, per budget: paired
+    bootstrap intervals over images and seeds, on the sets every cell of the budget scored.
+    Written to ``comparison_<budget>.md`` too."""
+    from skinet.evaluation.compare import compare_scores, comparison_table
+
+    tables = []
+    for tag in sorted({row["budget"] for row in cells.values()}):
+        done = [r for r in cells.values() if r["budget"] == tag and r.get("status") == "done"]
+        candidates = sorted({r["candidate"] for r in done}, key=lambda c: (c != "baseline", c))
+        if len(candidates) < 2 or candidates[0] != "baseline":
+            continue
+        by_cell = [(r["candidate"], cell_scores(output, r)) for r in done]
+        sets = sorted(
+            set.intersection(*(set(scores) for _, scores in by_cell)), key=lambda n: (n != "val", n)
+        )
+        scores = {
+            name: {c: [s[name] for cand, s in by_cell if cand == c] for c in candidates}
+            for name in sets
+        }
+        if not sets or len({len(runs) for runs in scores[sets[0]].values()}) > 1:
+            tables.append(
+                f"{tag}: the candidates have different numbers of finished seeds; "
+                "compare when every seed is done\n"
+            )
+            continue
+        table = comparison_table(compare_scores(scores))
+        write_atomic(output / f"comparison_{tag}.md", table)
+        tables.append(f"### {tag}\n\n{table}")
+    return "\n".join(tables)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -443,6 +502,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="score the finished cells again (e.g. with new --external sets), without training",
     )
+    parser.add_argument(
+        "--no-shift-report",
+        dest="shift_report",
+        action="store_false",
+        help="skip skinet robustness (the synthetic shift report) after each cell",
+    )
     parser.add_argument("--table", action="store_true", help="print the table and exit")
     parser.add_argument("--list", action="store_true", help="list the options and exit")
     return parser
@@ -463,6 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cells = load_results(args.output)
     if args.table:
         print(markdown_table(cells))
+        print(compare_with_baseline(args.output, cells))
         return 0
     if args.data_dir is None or not args.data_dir.is_dir():
         raise SystemExit(f"--data-dir must be an existing folder, got {args.data_dir}")
@@ -500,10 +566,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(
                     f"[done] {key}: real-image mean {row['real_mean_jaccard']:.4f} (val "
                     f"{row['clean_val_jaccard']:.4f}), shift report "
-                    f"{row['shifted_mean_jaccard']:.4f}, {row['epochs']} epochs"
+                    f"{_figure(row['shifted_mean_jaccard'])}, {row['epochs']} epochs"
                 )
     save_results(args.output, cells)
     print(markdown_table(cells))
+    print(compare_with_baseline(args.output, cells))
     return 1 if failed else 0
 
 

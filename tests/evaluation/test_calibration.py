@@ -123,13 +123,26 @@ def test_external_scores_equal_evaluate_of_the_same_folder(
     assert "image folder not found" in capsys.readouterr().err
 
 
+@pytest.fixture
+def dilated_folder(labelled_folder: tuple[Path, Path]) -> tuple[Path, Path]:
+    """The clinic folder with every lesion drawn 6 pixels wider: a clinic whose best threshold
+    is not the one the source model chose on its own validation images."""
+    import cv2
+
+    images, masks = labelled_folder
+    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (13, 13))
+    for path in masks.glob("*.png"):
+        cv2.imwrite(str(path), cv2.dilate(cv2.imread(str(path), cv2.IMREAD_GRAYSCALE), kernel))
+    return images, masks
+
+
 def test_a_calibrated_threshold_is_used_by_predict_evaluate_and_export(
     tmp_path: Path,
     trained_checkpoint: Path,
-    labelled_folder: tuple[Path, Path],
+    dilated_folder: tuple[Path, Path],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    images, masks = labelled_folder
+    images, masks = dilated_folder
     calibrated = tmp_path / "clinic.ckpt"
     tuned_dir = tmp_path / "tuned"
     code = run_cli(
@@ -142,6 +155,7 @@ def test_a_calibrated_threshold_is_used_by_predict_evaluate_and_export(
     source = load_checkpoint(trained_checkpoint)
     copy = load_checkpoint(calibrated)
     assert copy.payload.format_version == FORMAT_VERSION
+    assert tuned != source.threshold  # else ignoring the calibration would pass unseen
     assert copy.threshold == tuned and copy.payload.calibration is not None
     assert copy.payload.calibration["num_images"] == 4
     assert copy.payload.calibration["source_threshold"] == source.threshold
@@ -172,12 +186,15 @@ def test_a_calibrated_threshold_is_used_by_predict_evaluate_and_export(
         )
         == 0
     )
+    import cv2
+
+    differs = 0
     for proba in predicted.glob("*_proba.npy"):
         mask = np.load(proba) >= tuned
         written = predicted / proba.name.replace("_proba.npy", "_mask.png")
-        import cv2
-
         assert np.array_equal(cv2.imread(str(written), cv2.IMREAD_GRAYSCALE) > 0, mask)
+        differs += int(not np.array_equal(mask, np.load(proba) >= source.threshold))
+    assert differs, "the calibrated and the source threshold give the same masks"
     exported = tmp_path / "model.pt"
     assert (
         run_cli(

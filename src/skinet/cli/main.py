@@ -13,6 +13,7 @@ from typing import Any
 
 from skinet import __version__
 from skinet.cli.arguments import Handler
+from skinet.cli.compare import add_compare_subcommand
 from skinet.cli.config import add_config_subcommands
 from skinet.cli.data import add_data_subcommands
 from skinet.cli.evaluation import add_evaluate_subcommand
@@ -39,6 +40,7 @@ SUBCOMMAND_GROUPS: tuple[Callable[[Any], Any], ...] = (
     add_sweep_subcommands,
     add_predict_subcommand,
     add_evaluate_subcommand,
+    add_compare_subcommand,
     add_robustness_subcommand,
     add_export_subcommand,
     add_config_subcommands,

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from skinet.config.base import Section
 from skinet.keys import MetricsKey
 
-SchedulerChoice = Literal["none", "reduce_on_plateau", "cosine_annealing"]
+SchedulerChoice = Literal["none", "reduce_on_plateau", "cosine_annealing", "cosine_budget"]
 
 
 class SweepConfig(Section):

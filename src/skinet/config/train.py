@@ -12,6 +12,7 @@ from skinet.config.base import Section
 
 Accelerator = Literal["auto", "cpu", "gpu", "cuda", "mps"]
 LossName = Literal["BCE", "DICE", "BCE_DICE"]
+SchedulerType = Literal["reduce_on_plateau", "cosine_annealing", "cosine_budget"]
 Precision = Literal[
     "32-true",
     "32",
@@ -68,12 +69,22 @@ class LRSchedulerConfig(Section):
 
 
 class CosineAnnealingConfig(Section):
-    """``CosineAnnealingLR`` settings (``scheduler_type: cosine_annealing``)."""
+    """Cosine settings (``scheduler_type: cosine_annealing`` and ``cosine_budget``)."""
 
     T_max: int | None = Field(None, gt=0)
-    """Period in epochs; ``None`` becomes ``max_epochs``."""
+    """Period in epochs (``cosine_annealing``); ``None`` becomes ``max_epochs``."""
     eta_min: float = Field(1e-6, ge=0.0)
-    """Minimum LR at the end of each cycle."""
+    """Minimum LR at the end of each cycle (``cosine_budget``: when ``max_time`` ends)."""
+
+
+class EMAConfig(Section):
+    """Exponential moving average of the weights (``use_ema: true``)."""
+
+    decay: float = Field(0.995, gt=0.0, lt=1.0)
+    """Weight of the old average at each optimizer step: about ``1 / (1 - decay)`` steps of
+    memory (0.995: 200 steps)."""
+    start_step: int = Field(0, ge=0)
+    """Optimizer step from which the average is updated (before it, it copies the weights)."""
 
 
 class MLflowConfig(Section):
@@ -165,12 +176,18 @@ class TrainConfig(Section):
     """Global seed for ``L.seed_everything``."""
     use_lr_scheduler: bool = True
     """Enable the LR scheduler."""
-    scheduler_type: Literal["reduce_on_plateau", "cosine_annealing"] = "reduce_on_plateau"
-    """LR scheduler."""
+    scheduler_type: SchedulerType = "reduce_on_plateau"
+    """LR scheduler; ``cosine_budget`` anneals from ``lr`` to ``cosine_annealing_config.eta_min``
+    over the wall-clock ``max_time`` (stepped every batch by the time trained so far)."""
     lr_scheduler_config: LRSchedulerConfig = Field(default_factory=LRSchedulerConfig)
     """``ReduceLROnPlateau`` settings."""
     cosine_annealing_config: CosineAnnealingConfig = Field(default_factory=CosineAnnealingConfig)
     """``CosineAnnealingLR`` settings."""
+    use_ema: bool = False
+    """Keep an exponential moving average of the weights; validation, the threshold sweep,
+    the checkpoints' weights and so prediction use the average."""
+    ema_config: EMAConfig = Field(default_factory=EMAConfig)
+    """EMA settings."""
     use_early_stopping: bool = True
     """Enable ``EarlyStopping``."""
     early_stopping_config: EarlyStoppingConfig = Field(default_factory=EarlyStoppingConfig)
@@ -230,6 +247,15 @@ class TrainConfig(Section):
     def _check_devices(cls, devices: int | list[int] | str) -> int | list[int] | str:
         parse_device_spec(devices)
         return devices
+
+    @model_validator(mode="after")
+    def _check_budget_schedule(self) -> TrainConfig:
+        if self.use_lr_scheduler and self.scheduler_type == "cosine_budget" and not self.max_time:
+            raise ValueError(
+                "scheduler_type: cosine_budget anneals over the time budget: set "
+                "TRAIN_CONFIG.max_time (e.g. '00:00:15:00'), or use cosine_annealing (epochs)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _derive_schedule_length(self) -> TrainConfig:

@@ -26,6 +26,7 @@ from skinet.models.layers import uses_channels_last
 from skinet.models.unet2d import UNet2D
 from skinet.training.data.device_split import DeviceResidentSplit, find_device_split
 from skinet.training.optim import build_lr_scheduler, build_optimizer
+from skinet.training.schedules import budget_progress
 
 
 def _tensor_debug_summary(tensor: Tensor) -> str:
@@ -266,7 +267,11 @@ class LightningModel(L.LightningModule):
 
     def configure_optimizers(self) -> Any:
         optimizer = build_optimizer(self.parameters(), self.cfg.train)
-        scheduler = build_lr_scheduler(optimizer, self.cfg.train)
+        train = self.cfg.train
+        progress = None
+        if train.use_lr_scheduler and train.scheduler_type == "cosine_budget":
+            progress = budget_progress(self.trainer)
+        scheduler = build_lr_scheduler(optimizer, train, progress)
         if scheduler is None:
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": scheduler}

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
 from skinet.config.train import TrainConfig
+from skinet.training.schedules import BudgetCosineLR
 
 OPTIMIZERS: dict[str, Any] = {
     "adam": torch.optim.Adam,
@@ -30,11 +31,23 @@ def build_optimizer(
 
 
 def build_lr_scheduler(
-    optimizer: torch.optim.Optimizer, train_cfg: TrainConfig
+    optimizer: torch.optim.Optimizer,
+    train_cfg: TrainConfig,
+    budget_progress: Callable[[], float] | None = None,
 ) -> dict[str, Any] | None:
-    """The Lightning ``lr_scheduler`` dict for the configured scheduler, or ``None``."""
+    """The Lightning ``lr_scheduler`` dict for the configured scheduler, or ``None``.
+
+    ``budget_progress`` (the share of ``max_time`` trained, see
+    :func:`skinet.training.schedules.budget_progress`) drives ``cosine_budget``.
+    """
     if not train_cfg.use_lr_scheduler:
         return None
+    cosine = train_cfg.cosine_annealing_config
+    if train_cfg.scheduler_type == "cosine_budget":
+        if budget_progress is None:
+            raise ValueError("scheduler_type: cosine_budget needs the trainer's time budget")
+        budget = BudgetCosineLR(optimizer, budget_progress, eta_min=cosine.eta_min)
+        return {"scheduler": budget, "interval": "step"}
     if train_cfg.scheduler_type == "reduce_on_plateau":
         plateau = train_cfg.lr_scheduler_config
         scheduler: Any = torch.optim.lr_scheduler.ReduceLROnPlateau(
@@ -45,7 +58,6 @@ def build_lr_scheduler(
             min_lr=plateau.min_lr,
         )
         return {"scheduler": scheduler, "monitor": plateau.monitor, "interval": "epoch"}
-    cosine = train_cfg.cosine_annealing_config
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
         optimizer, T_max=cosine.T_max or train_cfg.max_epochs, eta_min=cosine.eta_min
     )

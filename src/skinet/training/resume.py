@@ -38,6 +38,8 @@ REFUSED: dict[str, tuple[str, ...] | None] = {
         "accumulate_grad_batches",
         "seed",
         "init_checkpoint",
+        "use_ema",
+        "ema_config",
     ),
     "DATA_CONFIG": (
         "dataset",

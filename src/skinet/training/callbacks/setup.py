@@ -16,6 +16,7 @@ from skinet.tracking.mlflow_utils import (
 )
 from skinet.tracking.runs import reopen_run, set_tags
 from skinet.tracking.server import check_tracking_server
+from skinet.training.callbacks.ema import WeightEMA
 from skinet.training.callbacks.mlflow_artifacts import (
     MLflowTrainingArtifactsCallback,
     SkiNetMLFlowLogger,
@@ -47,7 +48,7 @@ def setup_logging_and_callbacks(
     ``TrainingPlotsCallback`` (PNGs in ``run_dir/plots``). By flag: ``EarlyStopping``,
     ``ModelCheckpoint`` (in ``run_dir/checkpoints``; with ``save_last`` a second one writes
     ``last.ckpt`` after every epoch), ``MLFlowLogger`` with ``MLflowTrainingArtifactsCallback``,
-    ``LitLogger``; ``LearningRateMonitor`` whenever a logger is on.
+    ``LitLogger``, ``WeightEMA``; ``LearningRateMonitor`` whenever a logger is on.
 
     Args:
         cfg: The resolved experiment config.
@@ -69,6 +70,8 @@ def setup_logging_and_callbacks(
         ThroughputCallback(),
         ProgressLogCallback(train.progress_log_interval_sec, train.enable_progress_bar),
     ]
+    if train.use_ema:  # before the checkpoints: they save the average it keeps
+        callbacks.append(WeightEMA(train.ema_config.decay, train.ema_config.start_step))
     if train.use_early_stopping:
         stop = train.early_stopping_config
         callbacks.append(
@@ -118,7 +121,10 @@ def setup_logging_and_callbacks(
         )
     )
     if loggers:
-        callbacks.append(ResumeAwareLearningRateMonitor(logging_interval="epoch"))
+        # A schedule stepped every batch is logged every log_every_n_steps, the rest per epoch.
+        per_step = train.use_lr_scheduler and train.scheduler_type == "cosine_budget"
+        interval = "step" if per_step else "epoch"
+        callbacks.append(ResumeAwareLearningRateMonitor(logging_interval=interval))
     return loggers, callbacks
 
 

@@ -1,0 +1,294 @@
+"""Clinic adaptation study: calibrate or fine-tune a model on a few labelled images of a source.
+
+Usage::
+
+    python benchmarks/study_clinic.py --checkpoint runs/<run>/checkpoints/best-*.ckpt \\
+        --output study_clinic --source clinic_a=IMAGES:MASKS --source clinic_b=IMAGES:MASKS
+    # more fine-tuning variants, an option of your own, the table of what is done
+    python benchmarks/study_clinic.py ... --variants finetune,lr_high,keep_threshold \\
+        --define 'patient=TRAIN_CONFIG.early_stopping_config.patience=15'
+    python benchmarks/study_clinic.py --output study_clinic --table
+
+For each ``--source`` (a labelled folder of one clinic, camera or dermatoscope) the images are
+split once (``--split-seed``): ``--adapt`` of them (default 50) are what a clinic labels to adapt
+the model, the rest are the check set. Every arm is scored on the check set only:
+
+- ``source``: the checkpoint as it is;
+- ``calibrated``: ``skinet evaluate --tune-threshold --save-calibrated`` on the adapt images;
+- every fine-tuning variant: ``skinet train --config configs/clinic.yaml --init-from CKPT`` on
+  the adapt images (its ``val_fraction`` keeps some of them to choose the epoch and the
+  threshold) with the variant's overrides (``--list`` shows them).
+
+The tables compare every arm with ``source`` and with ``calibrated``: mean per-image Jaccard and
+paired bootstrap intervals (``skinet compare``'s statistics), per source and over the mean of the
+sources. Resumable: each arm's per-image scores are kept in ``OUTPUT/<source>/<arm>/scores.json``
+and a restart skips finished arms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from skinet.runtime.allocator import MALLOC_ENV
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE, CALIBRATED = "source", "calibrated"
+KEEP_THRESHOLD = "keep_threshold"
+KEEP_OVERRIDE = "TRAIN_CONFIG.optimal_threshold"
+VARIANTS: dict[str, dict[str, Any]] = {
+    "finetune": {},
+    KEEP_THRESHOLD: {},  # TRAIN_CONFIG.optimal_threshold: the source checkpoint's threshold
+    "lr_high": {"TRAIN_CONFIG.lr": 3.0e-4},
+    "lr_low": {"TRAIN_CONFIG.lr": 3.0e-5},
+    "patient": {"TRAIN_CONFIG.early_stopping_config.patience": 15, "TRAIN_CONFIG.max_epochs": 60},
+    "no_aug": {"TRANSFORM_CONFIG.train_transforms": []},
+}
+"""Fine-tuning variant -> config overrides on top of ``configs/clinic.yaml``."""
+SCORES_FILE = "scores.json"
+
+
+def split_source(
+    name: str, images: Path, masks: Path, output: Path, adapt: int, seed: int
+) -> tuple[Path, Path]:
+    """Link ``adapt`` random pairs into ``OUTPUT/<name>/adapt`` and the rest into ``check``
+    (``images/<id>.<ext>``, ``masks/<id>_mask.png``); the two folders."""
+    from skinet.evaluation.mask_folders import pair_image_folder
+
+    pairs = sorted(pair_image_folder(images, masks), key=lambda s: s.id)
+    if len(pairs) <= adapt:
+        raise SystemExit(f"--source {name}: {len(pairs)} pairs, need more than --adapt {adapt}")
+    order = np.random.default_rng(seed).permutation(len(pairs))
+    chosen = {pairs[i].id for i in order[:adapt]}
+    folders = {"adapt": output / name / "adapt", "check": output / name / "check"}
+    for folder in folders.values():
+        shutil.rmtree(folder, ignore_errors=True)
+        (folder / "images").mkdir(parents=True)
+        (folder / "masks").mkdir()
+    for pair in pairs:
+        folder = folders["adapt" if pair.id in chosen else "check"]
+        image_link = folder / "images" / f"{pair.id}{pair.image_path.suffix}"
+        image_link.symlink_to(pair.image_path.resolve())
+        mask_link = folder / "masks" / f"{pair.id}_mask{pair.mask_path.suffix}"
+        mask_link.symlink_to(pair.mask_path.resolve())
+    return folders["adapt"], folders["check"]
+
+
+def score(checkpoint: Path, check: Path) -> dict[str, float]:
+    """Per-image Jaccard of ``checkpoint`` on the check folder."""
+    from skinet.evaluation.compare import score_samples
+    from skinet.evaluation.mask_folders import pair_image_folder
+    from skinet.inference.predictor import Predictor
+
+    predictor = Predictor.from_checkpoint(checkpoint, device="cpu")
+    return score_samples(predictor, pair_image_folder(check / "images", check / "masks"), False)
+
+
+def calibrate(args: argparse.Namespace, adapt: Path, arm_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """``skinet evaluate --tune-threshold --save-calibrated`` on the adapt images."""
+    from skinet.cli.main import main as skinet_main
+
+    calibrated = arm_dir / "calibrated.ckpt"
+    command = ["evaluate", "--checkpoint", str(args.checkpoint), "--images", str(adapt / "images")]
+    command += ["--masks", str(adapt / "masks"), "--tune-threshold", "--gallery", "0"]
+    command += ["--save-calibrated", str(calibrated), "--output", str(arm_dir / "evaluate")]
+    code = skinet_main(command)
+    if code not in (0, 1) or not calibrated.is_file():
+        raise RuntimeError(f"skinet evaluate --save-calibrated exited {code}")
+    summary = json.loads((arm_dir / "evaluate" / "summary.json").read_text())
+    return calibrated, {"threshold": summary.get("threshold")}
+
+
+def fine_tune(
+    args: argparse.Namespace, adapt: Path, arm_dir: Path, overrides: dict[str, Any]
+) -> tuple[Path, dict[str, Any]]:
+    """``skinet train --config configs/clinic.yaml --init-from CKPT`` on the adapt images."""
+    command = [sys.executable, "-m", "skinet.cli.main", "train", "--config", str(args.config)]
+    command += ["--init-from", str(args.checkpoint), "--no-visualize"]
+    settings = {
+        "DATA_CONFIG.data_dir": str(adapt),
+        "TRAIN_CONFIG.output_dir": str(arm_dir / "runs"),
+        "TRAIN_CONFIG.enable_progress_bar": False,
+        "TRAIN_CONFIG.use_mlflow_logger": False,
+        "TRAIN_CONFIG.seed": args.seed,
+        **overrides,
+    }
+    for key, value in settings.items():
+        command += ["--set", f"{key}={json.dumps(value)}"]
+    log_path = arm_dir / "train.log"
+    with log_path.open("w") as log:
+        code = subprocess.run(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **MALLOC_ENV}
+        ).returncode
+    runs = sorted((arm_dir / "runs").glob("*/metrics.json"), key=lambda p: p.stat().st_mtime)
+    if code != 0 or not runs:
+        raise RuntimeError(f"skinet train exited {code}; see {log_path}")
+    trained = json.loads(runs[-1].read_text())
+    metrics = trained.get("metrics", {})
+    info = {
+        "epochs": trained.get("epochs_trained"),
+        "best_epoch": metrics.get("best_epoch"),
+        "fit_seconds": trained.get("fit_seconds"),
+        "threshold": metrics.get("val_optimal_threshold", overrides.get(KEEP_OVERRIDE)),
+    }
+    return Path(trained["best_checkpoint"]), info
+
+
+def run_arm(
+    args: argparse.Namespace, name: str, folders: tuple[Path, Path], arm: str, options: dict
+) -> dict[str, Any]:
+    """Adapt (or not) and score one arm; its record with the per-image scores."""
+    adapt, check = folders
+    arm_dir = args.output / name / arm
+    done = arm_dir / SCORES_FILE
+    if done.is_file():
+        return json.loads(done.read_text())
+    shutil.rmtree(arm_dir, ignore_errors=True)
+    arm_dir.mkdir(parents=True)
+    started = time.perf_counter()
+    if arm == SOURCE:
+        checkpoint, info = args.checkpoint, {"threshold": source_threshold(args.checkpoint)}
+    elif arm == CALIBRATED:
+        checkpoint, info = calibrate(args, adapt, arm_dir)
+    else:
+        overrides = dict(options[arm])
+        if arm == KEEP_THRESHOLD:
+            overrides[KEEP_OVERRIDE] = source_threshold(args.checkpoint)
+        checkpoint, info = fine_tune(args, adapt, arm_dir, overrides)
+    record = {**info, "scores": score(checkpoint, check)}
+    record["wall_seconds"] = round(time.perf_counter() - started, 1)
+    tmp = done.with_name(f".{SCORES_FILE}.partial")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, done)
+    return record
+
+
+def source_threshold(checkpoint: Path) -> float:
+    from skinet.checkpoints.read import load_checkpoint
+
+    return float(load_checkpoint(checkpoint).threshold)
+
+
+def tables(records: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """The arms against ``source`` and against ``calibrated``, per source and over the sources."""
+    from skinet.evaluation.compare import compare_scores, comparison_table
+
+    arms = [a for a in next(iter(records.values())) if all(a in r for r in records.values())]
+    out = ["| source | arm | threshold | epochs (best) | check Jaccard |", "|---|---|---|---|---|"]
+    for name, by_arm in records.items():
+        for arm, record in by_arm.items():
+            epochs = record.get("epochs")
+            best = record.get("best_epoch")
+            shown = "" if epochs is None else f"{epochs} ({'' if best is None else int(best)})"
+            threshold = record.get("threshold")
+            mean = float(np.mean(list(record["scores"].values())))
+            out.append(
+                f"| {name} | {arm} | {'' if threshold is None else f'{threshold:.2f}'} | "
+                f"{shown} | {mean:.4f} |"
+            )
+    text = "\n".join(out) + "\n"
+    for reference in (SOURCE, CALIBRATED):
+        if reference not in arms:
+            continue
+        order = [reference, *(arm for arm in arms if arm != reference)]
+        scores = {
+            name: {arm: [by_arm[arm]["scores"]] for arm in order}
+            for name, by_arm in records.items()
+        }
+        text += f"\n### Against {reference}\n\n" + comparison_table(compare_scores(scores))
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", type=Path, help="the source model")
+    parser.add_argument("--output", type=Path, required=True, help="folder of the study")
+    parser.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="NAME=IMAGES:MASKS",
+        help="the labelled images of one source (repeatable)",
+    )
+    parser.add_argument(
+        "--config", type=Path, default=REPO / "configs" / "clinic.yaml", help="fine-tuning config"
+    )
+    parser.add_argument("--variants", default="finetune", help="comma-separated variants")
+    parser.add_argument(
+        "--define", action="append", default=[], metavar="NAME=SECTION.KEY=VALUE[;...]"
+    )
+    parser.add_argument("--adapt", type=int, default=50, help="adapt images per source")
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of the adapt/check split")
+    parser.add_argument("--seed", type=int, default=42, help="TRAIN_CONFIG.seed of fine-tuning")
+    parser.add_argument("--list", action="store_true", help="list the variants and exit")
+    parser.add_argument("--table", action="store_true", help="print the tables and exit")
+    return parser
+
+
+def parse_definitions(pairs: Sequence[str]) -> dict[str, dict[str, Any]]:
+    options: dict[str, dict[str, Any]] = {}
+    for pair in pairs:
+        name, sep, body = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--define expects NAME=SECTION.key=value[;...], got {pair!r}")
+        items = [part.strip() for part in body.split(";") if part.strip()]
+        options[name] = {
+            key.strip(): yaml.safe_load(value)
+            for key, _, value in (item.partition("=") for item in items)
+        }
+    return options
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    options = {**VARIANTS, **parse_definitions(args.define)}
+    if args.list:
+        for name, overrides in options.items():
+            print(f"{name}: {overrides or 'configs/clinic.yaml as it is'}")
+        return 0
+    results_path = args.output / "results.json"
+    records: dict[str, dict[str, dict[str, Any]]] = (
+        json.loads(results_path.read_text()) if results_path.is_file() else {}
+    )
+    if args.table:
+        print(tables(records))
+        return 0
+    if args.checkpoint is None or not args.checkpoint.is_file():
+        raise SystemExit(f"--checkpoint must be a checkpoint file, got {args.checkpoint}")
+    from skinet.cli.arguments import external_set
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in options]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}; see --list")
+    for text in args.source:
+        source = external_set(text)
+        folders = split_source(
+            source.name, source.images, source.masks, args.output, args.adapt, args.split_seed
+        )
+        for arm in (SOURCE, CALIBRATED, *variants):
+            print(f"[run]  {source.name}/{arm} ...", flush=True)
+            record = run_arm(args, source.name, folders, arm, options)
+            records.setdefault(source.name, {})[arm] = record
+            mean = float(np.mean(list(record["scores"].values())))
+            print(f"[done] {source.name}/{arm}: check Jaccard {mean:.4f}", flush=True)
+            results_path.write_text(json.dumps(records))
+    text = tables(records)
+    (args.output / "results.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""``skinet compare``: is model B better than model A on the same labelled images?"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skinet.cli.arguments import DATASET_NAMES, external_set, positive_int, probability
+from skinet.cli.inference import add_model_options
+from skinet.config.errors import UsageError
+
+log = logging.getLogger("skinet")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """``[NAME=]PATH[,PATH...]``: one model, trained once or several times (seeds)."""
+
+    name: str
+    paths: tuple[Path, ...]
+
+
+def model_spec(text: str) -> ModelSpec:
+    """An ``argparse`` type: ``NAME=PATH[,PATH...]`` or a single ``PATH`` (named after it)."""
+    name, sep, rest = text.partition("=")
+    if not sep:
+        name, rest = "", text
+    paths = tuple(Path(part) for part in rest.split(",") if part)
+    if not paths:
+        raise argparse.ArgumentTypeError(f"expected [NAME=]PATH[,PATH...], got {text!r}")
+    for path in paths:
+        if not path.exists():
+            raise argparse.ArgumentTypeError(
+                f"{path}: not found (give a checkpoint .ckpt or a folder of predicted masks)"
+            )
+    if not name:
+        only = paths[0].resolve()
+        name = only.parent.parent.name if only.parent.name == "checkpoints" else only.stem
+    return ModelSpec(name, paths)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Score every run of every model on every set; print and write the comparison."""
+    from skinet.evaluation.compare import compare_scores, comparison_table, write_comparison
+
+    names = [spec.name for spec in args.models]
+    if len(args.models) < 2:
+        raise UsageError("compare needs two models or more: give a reference, then the others")
+    if len(set(names)) != len(names):
+        raise UsageError(f"model names must differ, got {names}: name them with NAME=PATH")
+    if args.split == "none" and not args.external:
+        raise UsageError("nothing to score: give --split (of --data-dir) and/or --external")
+    sets = _labelled_sets(args)
+    scores: dict[str, dict[str, list[dict[str, float]]]] = {name: {} for name in sets}
+    for spec in args.models:
+        for path in spec.paths:
+            for set_name, samples in sets.items():
+                log.info(
+                    "%s: scoring %s on %s (%d images)", spec.name, path, set_name, len(samples)
+                )
+                run_scores = _score(path, set_name, samples, args)
+                scores[set_name].setdefault(spec.name, []).append(run_scores)
+    try:
+        comparison = compare_scores(scores, args.draws, args.confidence, args.seed)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    paths = write_comparison(comparison, scores, args.output)
+    print(comparison_table(comparison))
+    print(f"written: {paths['table']}, {paths['json']}, {paths['per_image']}")
+    return 0
+
+
+def _labelled_sets(args: argparse.Namespace) -> dict[str, Any]:
+    """``{name: samples}``: the data folder's split first, then every ``--external`` folder."""
+    from skinet.evaluation.mask_folders import pair_image_folder
+
+    sets: dict[str, Any] = {}
+    if args.split != "none":
+        from skinet.evaluation.evaluate import select_samples
+
+        config = _split_config(args)
+        sets[args.split] = select_samples(config, args.data_dir, args.dataset, args.split)
+    for external in args.external:
+        if external.name in sets:
+            raise UsageError(f"two sets are named {external.name!r}: rename the --external one")
+        sets[external.name] = pair_image_folder(external.images, external.masks)
+    return sets
+
+
+def _split_config(args: argparse.Namespace) -> Any:
+    """The config whose layout and split seed select ``--split``: the first checkpoint's."""
+    from skinet.checkpoints.read import load_checkpoint
+    from skinet.config.experiment import parse_config
+
+    for spec in args.models:
+        for path in spec.paths:
+            if path.is_file():
+                return load_checkpoint(path).config
+    if args.data_dir is None or args.dataset is None:
+        raise UsageError(
+            "--split of prediction folders needs --data-dir and --dataset (no checkpoint "
+            "says where the images are)"
+        )
+    return parse_config({})
+
+
+def _score(path: Path, set_name: str, samples: Any, args: argparse.Namespace) -> dict[str, float]:
+    """Per-image Jaccard of a checkpoint (predicted here) or of a folder of predicted masks
+    (``FOLDER/<set>`` when it exists, else ``FOLDER``)."""
+    from skinet.evaluation.compare import score_predictions, score_samples
+
+    if path.is_dir():
+        folder = path / set_name if (path / set_name).is_dir() else path
+        return score_predictions(folder, samples)
+    from skinet.inference.predictor import Predictor
+
+    predictor = Predictor.from_checkpoint(
+        path,
+        device=args.device,
+        threshold=args.threshold,
+        tta=args.tta,
+        keep_largest=args.keep_largest,
+        fill_holes=args.fill_holes,
+        batch_size=args.batch_size,
+    )
+    return score_samples(predictor, samples)
+
+
+def add_compare_subcommand(subparsers: Any) -> None:
+    """Register ``compare`` (``func``: its handler)."""
+    from skinet.evaluation.evaluate import SPLIT_CHOICES
+
+    compare = subparsers.add_parser(
+        "compare",
+        help="is B better than A? per-image Jaccard differences with paired bootstrap intervals",
+        description="Score two or more models on the same labelled images and print, per set, "
+        "each model's mean per-image Jaccard and its difference to the first model with a "
+        "paired bootstrap interval. A model is a checkpoint, a folder of predicted masks, or "
+        "several of either (seeds: NAME=RUN1,RUN2), whose runs are resampled too.",
+    )
+    compare.add_argument(
+        "models",
+        nargs="+",
+        type=model_spec,
+        metavar="[NAME=]PATH[,PATH...]",
+        help="the reference model first; PATH is a checkpoint or a folder of predicted masks "
+        "(with a subfolder per set, or one set's masks); several comma-separated PATHs are "
+        "runs of one model",
+    )
+    compare.add_argument(
+        "--external",
+        action="append",
+        default=[],
+        type=external_set,
+        metavar="NAME=IMAGES:MASKS",
+        help="a labelled folder to compare on (repeatable)",
+    )
+    compare.add_argument(
+        "--data-dir",
+        type=Path,
+        help="data folder whose --split is compared (default: the first checkpoint's DATA_CONFIG)",
+    )
+    compare.add_argument(
+        "--dataset", choices=DATASET_NAMES, help="layout of --data-dir (default: the checkpoint's)"
+    )
+    compare.add_argument(
+        "--split",
+        default="none",
+        choices=(*SPLIT_CHOICES, "none"),
+        help="split of the data folder to compare on (default none: only --external)",
+    )
+    compare.add_argument(
+        "-o", "--output", type=Path, default=Path("comparison"), help="folder for the reports"
+    )
+    compare.add_argument(
+        "--draws", type=positive_int, default=10_000, help="bootstrap resamples (default 10000)"
+    )
+    compare.add_argument(
+        "--confidence", type=probability, default=0.95, help="interval coverage (default 0.95)"
+    )
+    compare.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
+    add_model_options(compare)
+    compare.set_defaults(func=run_compare)

@@ -1,0 +1,119 @@
+"""``skinet compare``: paired bootstrap differences of per-image Jaccard, through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from skinet.cli.main import main
+from skinet.evaluation.compare import compare_scores
+
+SIDE, IMAGES = 20, 12
+
+
+def _square(removed: int = 0) -> np.ndarray:
+    """A 10x10 lesion (100 pixels) with ``removed`` of its pixels cut off (row by row)."""
+    mask = np.zeros((SIDE, SIDE), np.uint8)
+    mask[5:15, 5:15] = 255
+    mask.reshape(-1)[np.flatnonzero(mask)[:removed]] = 0
+    return mask
+
+
+def _labelled(tmp_path: Path) -> tuple[Path, Path]:
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    images.mkdir()
+    masks.mkdir()
+    for k in range(IMAGES):
+        cv2.imwrite(str(images / f"img{k:02d}.png"), np.full((SIDE, SIDE, 3), 90, np.uint8))
+        cv2.imwrite(str(masks / f"img{k:02d}_mask.png"), _square())
+    return images, masks
+
+
+def _predictions(folder: Path, removed: list[int]) -> Path:
+    folder.mkdir()
+    for k, cut in enumerate(removed):
+        cv2.imwrite(str(folder / f"img{k:02d}.png"), _square(cut))
+    return folder
+
+
+def _rows(output: Path) -> dict[str, dict]:
+    summary = json.loads((output / "comparison.json").read_text())
+    return {row["model"]: row for row in summary["rows"]}
+
+
+def test_compare_prints_a_known_difference_inside_its_interval(tmp_path: Path, capsys) -> None:
+    images, masks = _labelled(tmp_path)
+    cuts = [0, 5, 10, 20, 0, 30, 5, 10, 0, 15, 25, 40]  # Jaccard (100 - cut) / 100 per image
+    a = _predictions(tmp_path / "a", [0] * IMAGES)
+    b = _predictions(tmp_path / "b", cuts)
+    output = tmp_path / "out"
+    code = main(["compare", f"A={a}", f"B={b}", "--external", f"clinic={images}:{masks}",
+                 "-o", str(output)])  # fmt: skip
+    assert code == 0
+    expected = -float(np.mean(cuts)) / 100
+    row = _rows(output)["B"]
+    assert row["difference"] == pytest.approx(expected)
+    assert row["low"] <= expected <= row["high"] and row["low"] < row["high"] < 0
+    assert row["verdict"] == "worse"
+    assert row["better_share"] == 0.0
+    printed = capsys.readouterr().out
+    assert f"{expected:+.4f} [{row['low']:+.4f}, {row['high']:+.4f}]" in printed
+    assert (output / "comparison.md").read_text().startswith("| set | model |")
+    assert len((output / "per_image.csv").read_text().splitlines()) == 1 + 2 * IMAGES
+
+
+def test_identical_prediction_folders_give_zero(tmp_path: Path, capsys) -> None:
+    images, masks = _labelled(tmp_path)
+    a = _predictions(tmp_path / "a", [3 * k for k in range(IMAGES)])
+    b = _predictions(tmp_path / "b", [3 * k for k in range(IMAGES)])
+    output = tmp_path / "out"
+    assert main(["compare", str(a), str(b), "--external", f"s={images}:{masks}",
+                 "-o", str(output)]) == 0  # fmt: skip
+    row = _rows(output)["b"]
+    assert (row["difference"], row["low"], row["high"]) == (0.0, 0.0, 0.0)
+    assert row["verdict"] == "no difference"
+    assert "+0.0000 [+0.0000, +0.0000]" in capsys.readouterr().out
+
+
+def test_checkpoints_and_seeds_on_a_split(trained_checkpoint: Path, tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    pair = f"{trained_checkpoint},{trained_checkpoint}"
+    assert main(["compare", f"one={trained_checkpoint}", f"two={pair}", "--split", "test",
+                 "-o", str(output), "--draws", "200"]) == 0  # fmt: skip
+    rows = _rows(output)
+    assert rows["two"]["runs"] == 2 and rows["two"]["images"] >= 1
+    assert rows["two"]["difference"] == 0.0 and rows["two"]["verdict"] == "no difference"
+
+
+def test_seeds_widen_the_interval() -> None:
+    rng = np.random.default_rng(0)
+    base = {f"i{k}": float(v) for k, v in enumerate(rng.uniform(0.5, 0.9, 200))}
+    shifted = {key: value + 0.01 for key, value in base.items()}
+    noisy = {key: value + 0.04 for key, value in base.items()}
+    one = compare_scores({"s": {"A": [base], "B": [shifted]}}, draws=2000)
+    two = compare_scores({"s": {"A": [base, base], "B": [shifted, noisy]}}, draws=2000)
+    narrow, wide = one.rows[1], two.rows[1]
+    assert narrow.high - narrow.low < 1e-9  # one run each: a constant difference
+    assert wide.low == pytest.approx(0.01) and wide.high == pytest.approx(0.04)
+    assert wide.difference == pytest.approx(0.025)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["A=x"], "two models or more"),
+        (["A=x", "A=y"], "model names must differ"),
+        (["A=x", "B=y"], "nothing to score"),
+    ],
+)
+def test_bad_compare_arguments_exit_2(tmp_path: Path, argv, message, capsys) -> None:
+    for name in ("x", "y"):
+        (tmp_path / name).mkdir()
+    argv = [a.replace("=x", f"={tmp_path / 'x'}").replace("=y", f"={tmp_path / 'y'}") for a in argv]
+    assert main(["compare", *argv]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.out + captured.err

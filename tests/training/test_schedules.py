@@ -1,0 +1,68 @@
+"""``scheduler_type: cosine_budget``: a cosine over ``TRAIN_CONFIG.max_time``, not over epochs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from skinet.config.errors import ConfigError
+from skinet.config.experiment import parse_config
+from skinet.training.run import run_training
+from skinet.training.schedules import BudgetCosineLR
+
+
+def test_the_cosine_follows_the_share_of_the_budget_spent() -> None:
+    spent = [0.0]
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = BudgetCosineLR(optimizer, lambda: spent[0], eta_min=0.1)
+    seen = []
+    for share in (0.0, 0.25, 0.5, 1.0, 1.5):
+        spent[0] = share
+        schedule.step()
+        seen.append(optimizer.param_groups[0]["lr"])
+    expected = [0.1 + 0.9 * (1 + math.cos(math.pi * min(s, 1.0))) / 2 for s in (0, 0.25, 0.5, 1, 1)]
+    assert seen == pytest.approx(expected)
+    assert "progress" not in schedule.state_dict()  # a checkpoint holds no function
+
+
+def test_cosine_budget_without_max_time_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"cosine_budget anneals over the time budget.*max_time"):
+        parse_config({"TRAIN_CONFIG": {"scheduler_type": "cosine_budget"}})
+    parse_config({"TRAIN_CONFIG": {"scheduler_type": "cosine_budget", "use_lr_scheduler": False}})
+
+
+def test_the_budget_schedule_reaches_its_minimum_when_max_time_ends(
+    tiny_raw: dict[str, Any],
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from skinet.tracking.mlflow_utils import resolve_tracking_uri
+
+    lr, eta_min = 1e-3, 1e-5
+    tiny_raw["TRAIN_CONFIG"].update(
+        lr=lr,
+        max_epochs=10_000,
+        max_time={"seconds": 6},
+        use_early_stopping=False,
+        scheduler_type="cosine_budget",
+        cosine_annealing_config={"eta_min": eta_min},
+    )
+    cfg = parse_config(tiny_raw)
+    result = run_training(cfg, visualize=False)
+    assert result.epochs_trained < 10_000  # the budget, not the epochs, ended it
+
+    history = MlflowClient(resolve_tracking_uri(cfg)).get_metric_history(
+        result.mlflow_run_id, "lr-AdamW"
+    )
+    logged = [m.value for m in sorted(history, key=lambda m: m.step)]
+    assert len(logged) > 3  # logged every step (log_every_n_steps: 1), not per epoch
+    assert logged[0] == pytest.approx(lr, rel=0.05)
+    assert all(later <= earlier for earlier, later in zip(logged, logged[1:], strict=False))
+    assert logged[-1] < eta_min + 0.05 * (lr - eta_min)  # the last batch trained near the end
+    last = torch.load(
+        result.run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False
+    )
+    assert last["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(eta_min)
