@@ -14,7 +14,9 @@ split once (``--split-seed``): ``--adapt`` of them (default 50) are what a clini
 the model, the rest are the check set. Every arm is scored on the check set only:
 
 - ``source``: the checkpoint as it is;
-- ``calibrated``: ``skinet evaluate --tune-threshold --save-calibrated`` on the adapt images;
+- ``calibrated``: ``skinet evaluate --tune-threshold --save-calibrated`` on the adapt images
+  (``calibrated_per_image`` and ``calibrated_guarded`` with that ``--threshold-selection``, as
+  extra arms: ``--calibrations``);
 - every fine-tuning variant: ``skinet train --config configs/clinic.yaml --init-from CKPT`` on
   the adapt images (its ``val_fraction`` keeps some of them to choose the epoch and the
   threshold) with the variant's overrides (``--list`` shows them).
@@ -54,6 +56,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lr_low": {"TRAIN_CONFIG.lr": 3.0e-5},
     "patient": {"TRAIN_CONFIG.early_stopping_config.patience": 15, "TRAIN_CONFIG.max_epochs": 60},
     "no_aug": {"TRANSFORM_CONFIG.train_transforms": []},
+    "guarded": {"TRAIN_CONFIG.threshold_selection": "guarded"},
+    "per_image": {"TRAIN_CONFIG.threshold_selection": "per_image"},
+    "freeze": {"TRAIN_CONFIG.freeze_encoder_epochs": 3},
 }
 """Fine-tuning variant -> config overrides on top of ``configs/clinic.yaml``."""
 SCORES_FILE = "scores.json"
@@ -95,13 +100,16 @@ def score(checkpoint: Path, check: Path) -> dict[str, float]:
     return score_samples(predictor, pair_image_folder(check / "images", check / "masks"), False)
 
 
-def calibrate(args: argparse.Namespace, adapt: Path, arm_dir: Path) -> tuple[Path, dict[str, Any]]:
+def calibrate(
+    args: argparse.Namespace, adapt: Path, arm_dir: Path, selection: str
+) -> tuple[Path, dict[str, Any]]:
     """``skinet evaluate --tune-threshold --save-calibrated`` on the adapt images."""
     from skinet.cli.main import main as skinet_main
 
     calibrated = arm_dir / "calibrated.ckpt"
     command = ["evaluate", "--checkpoint", str(args.checkpoint), "--images", str(adapt / "images")]
     command += ["--masks", str(adapt / "masks"), "--tune-threshold", "--gallery", "0"]
+    command += ["--threshold-selection", selection]
     command += ["--save-calibrated", str(calibrated), "--output", str(arm_dir / "evaluate")]
     code = skinet_main(command)
     if code not in (0, 1) or not calibrated.is_file():
@@ -159,8 +167,9 @@ def run_arm(
     started = time.perf_counter()
     if arm == SOURCE:
         checkpoint, info = args.checkpoint, {"threshold": source_threshold(args.checkpoint)}
-    elif arm == CALIBRATED:
-        checkpoint, info = calibrate(args, adapt, arm_dir)
+    elif arm.startswith(CALIBRATED):
+        selection = arm.removeprefix(CALIBRATED).lstrip("_") or "pooled_dice"
+        checkpoint, info = calibrate(args, adapt, arm_dir, selection)
     else:
         overrides = dict(options[arm])
         if arm == KEEP_THRESHOLD:
@@ -226,6 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--variants", default="finetune", help="comma-separated variants")
     parser.add_argument(
+        "--calibrations",
+        default="",
+        help="more calibration arms: comma-separated per_image, guarded",
+    )
+    parser.add_argument(
         "--define", action="append", default=[], metavar="NAME=SECTION.KEY=VALUE[;...]"
     )
     parser.add_argument("--adapt", type=int, default=50, help="adapt images per source")
@@ -277,7 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         folders = split_source(
             source.name, source.images, source.masks, args.output, args.adapt, args.split_seed
         )
-        for arm in (SOURCE, CALIBRATED, *variants):
+        extra = [f"{CALIBRATED}_{c.strip()}" for c in args.calibrations.split(",") if c.strip()]
+        for arm in (SOURCE, CALIBRATED, *extra, *variants):
             print(f"[run]  {source.name}/{arm} ...", flush=True)
             record = run_arm(args, source.name, folders, arm, options)
             records.setdefault(source.name, {})[arm] = record

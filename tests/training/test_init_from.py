@@ -96,3 +96,47 @@ def test_fine_tuning_starts_from_the_weights_keeps_preprocessing_and_records_lin
     )
     assert run.data.tags["skinet.init_from"] == str(source_checkpoint.resolve())
     assert len(run.data.tags["skinet.init_from_sha256"]) == 64
+
+
+def test_a_guarded_fine_tune_measures_against_the_source_threshold(
+    tmp_path: Path, synthetic_root: Path, source_checkpoint: Path
+) -> None:
+    config = _fine_tune_config(
+        tmp_path, synthetic_root, lr=1e-12, max_epochs=1, threshold_selection="guarded"
+    )
+    assert main(["train", "--config", str(config), "--init-from", str(source_checkpoint)]) == 0
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir() and "clinic" in p.name]
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    source = load_checkpoint(source_checkpoint).threshold
+    assert saved["TRAIN_CONFIG"]["threshold_reference"] == source
+    # The same weights on 4 validation images: no clear gain, so the source's threshold stays.
+    (tuned,) = (run_dir / "checkpoints").glob("best-*.ckpt")
+    assert load_checkpoint(tuned).threshold == pytest.approx(source)
+
+
+def test_the_encoder_stays_as_loaded_while_frozen(
+    tmp_path: Path, synthetic_root: Path, source_checkpoint: Path
+) -> None:
+    source = load_checkpoint(source_checkpoint).state_dict
+
+    def fine_tuned(epochs: int) -> dict[str, torch.Tensor]:
+        folder = tmp_path / f"epochs{epochs}"
+        folder.mkdir()
+        config = _fine_tune_config(
+            folder, synthetic_root, lr=1e-2, max_epochs=epochs, freeze_encoder_epochs=1
+        )
+        argv = ["train", "--config", str(config), "--init-from", str(source_checkpoint)]
+        assert main([*argv, "--no-visualize", "--set", "TRAIN_CONFIG.use_mlflow_logger=false"]) == 0
+        (last,) = (folder / "runs").glob("clinic_*/checkpoints/last.ckpt")
+        return load_checkpoint(last).state_dict
+
+    def moved(weights: dict[str, torch.Tensor], prefix: str) -> bool:
+        return any(
+            not torch.equal(value, source[name])
+            for name, value in weights.items()
+            if name.startswith(prefix)
+        )
+
+    one, two = fine_tuned(1), fine_tuned(2)
+    assert not moved(one, "encoder.") and moved(one, "decoder.")
+    assert moved(two, "encoder.")

@@ -196,11 +196,14 @@ def _tune_threshold(
 
     if args.threshold is not None:
         raise UsageError("--tune-threshold picks the threshold: do not give --threshold too")
-    tuned = tune_threshold(predictor, samples)
+    reference = float(predictor.threshold)
+    tuned = tune_threshold(predictor, samples, args.threshold_selection, reference)
     predictor.threshold = tuned.threshold
+    kept = " (the model's own: no clear gain)" if tuned.kept_reference else ""
     print(
-        f"tuned threshold on {where} ({tuned.num_images} images): "
-        f"{tuned.threshold:.2f} (pooled Dice {tuned.dice:.4f})"
+        f"tuned threshold on {where} ({tuned.num_images} images, {tuned.selection}): "
+        f"{tuned.threshold:.2f}{kept} (pooled Dice {tuned.dice:.4f}, mean per-image Jaccard "
+        f"{tuned.mean_jaccard:.4f})"
     )
     if args.split == "test" and args.images is None:
         log.warning("the threshold was tuned on the test split: its scores are optimistic")
@@ -278,6 +281,14 @@ def add_evaluate_subcommand(subparsers: Any) -> None:
         "--tune-threshold",
         action="store_true",
         help="pick the Dice-optimal threshold on --split (or --images), print it, score with it",
+    )
+    evaluate.add_argument(
+        "--threshold-selection",
+        choices=("pooled_dice", "per_image", "guarded"),
+        default="pooled_dice",
+        help="how --tune-threshold chooses: the best pooled Dice (default), the best mean "
+        "per-image Jaccard, or that only when its gain over the model's own threshold is clear "
+        "(guarded: a 95%% paired bootstrap interval over the images above 0)",
     )
     evaluate.add_argument(
         "--save-calibrated",

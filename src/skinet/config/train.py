@@ -12,6 +12,7 @@ from skinet.config.base import Section
 
 Accelerator = Literal["auto", "cpu", "gpu", "cuda", "mps"]
 LossName = Literal["BCE", "DICE", "BCE_DICE"]
+ThresholdSelection = Literal["pooled_dice", "per_image", "guarded"]
 SchedulerType = Literal["reduce_on_plateau", "cosine_annealing", "cosine_budget"]
 Precision = Literal[
     "32-true",
@@ -156,6 +157,13 @@ class TrainConfig(Section):
     """L2 regularisation strength."""
     optimal_threshold: float | None = Field(None, ge=0.0, le=1.0)
     """``None`` sweeps 51 thresholds each validation epoch; a float fixes the threshold."""
+    threshold_selection: ThresholdSelection = "pooled_dice"
+    """How the sweep chooses: the best Dice pooled over all pixels, the best mean per-image
+    Jaccard (``per_image``), or that only when its gain over ``threshold_reference`` is clear
+    (``guarded``: a 95% paired bootstrap interval over the validation images above 0)."""
+    threshold_reference: float | None = Field(None, ge=0.0, le=1.0)
+    """The threshold ``guarded`` keeps unless the gain is clear; ``None`` = the source
+    checkpoint's when fine-tuning (``init_checkpoint``), else 0.5."""
     max_epochs: int = Field(1, gt=0)
     """Maximum training epochs."""
     max_time: str | dict[str, int] | None = None
@@ -183,6 +191,9 @@ class TrainConfig(Section):
     """``ReduceLROnPlateau`` settings."""
     cosine_annealing_config: CosineAnnealingConfig = Field(default_factory=CosineAnnealingConfig)
     """``CosineAnnealingLR`` settings."""
+    freeze_encoder_epochs: int = Field(0, ge=0)
+    """Hold the encoder's weights for the first N epochs while the decoder trains (fine-tuning
+    on a few images of a new clinic); 0 trains everything from the start."""
     use_ema: bool = False
     """Keep an exponential moving average of the weights; validation, the threshold sweep,
     the checkpoints' weights and so prediction use the average."""

@@ -38,6 +38,10 @@ THRESHOLDS: Tensor = torch.linspace(1.0, 0.0, 51)
 
 _REFERENCE_THRESHOLD = 0.5  # the plain cutoff that ``dice_threshold_gain`` is measured against
 
+SELECTIONS = ("pooled_dice", "per_image", "guarded")
+"""How a sweep picks its threshold (:func:`select_threshold`)."""
+GUARD_DRAWS, GUARD_CONFIDENCE = 2000, 0.95
+
 
 @dataclass
 class ThresholdResult:
@@ -125,7 +129,13 @@ def _float_dtype(device: torch.device) -> torch.dtype:
 
 
 def _summarise(
-    thresholds: Tensor, counts: Tensor, per_image: Tensor, counts_05: Tensor, best: int | None
+    thresholds: Tensor,
+    counts: Tensor,
+    per_image: Tensor,
+    counts_05: Tensor,
+    best: int | None,
+    selection: str = "pooled_dice",
+    reference: float | None = None,
 ) -> ThresholdResult:
     """Build the result from integer counts; both implementations end here, so they agree.
 
@@ -134,13 +144,17 @@ def _summarise(
         counts: Dataset ``[tp, fp, fn]`` per candidate, ``(T, 3)`` int64.
         per_image: Per-image ``[tp, fp, fn]`` per candidate, ``(N, T, 3)`` int64.
         counts_05: Dataset ``[tp, fp, fn]`` at 0.5, ``(3,)`` int64.
-        best: Index of the candidate to report, or ``None`` to take the Dice argmax.
+        best: Index of the candidate to report, or ``None`` to select one.
+        selection, reference: How to select (:func:`select_threshold`).
     """
     dtype = _float_dtype(counts.device)
     tp, fp, fn = counts.unbind(-1)
     dice = _ratio(2 * tp, 2 * tp + fp + fn, dtype)
-    # argmax returns the first maximum; the sweep is descending, so the highest threshold wins.
-    idx = int(dice.argmax()) if best is None else best
+    idx = (
+        select_threshold(dice, per_image, thresholds, selection, reference)
+        if best is None
+        else best
+    )
     tp05, fp05, fn05 = counts_05.unbind(-1)
     dice_05 = _ratio(2 * tp05, 2 * tp05 + fp05 + fn05, dtype)
     img_tp, img_fp, img_fn = per_image[:, idx].unbind(-1)
@@ -156,6 +170,68 @@ def _summarise(
         dice_per_threshold=dice.float(),
         thresholds=thresholds.clone(),
     )
+
+
+def pooled_dice(per_image: Tensor) -> Tensor:
+    """``(T,)`` Dice pooled over every pixel from per-image counts ``(N, T, 3)`` (1.0 when the
+    whole set is empty at a threshold, as in the sweep)."""
+    tp, fp, fn = per_image.sum(0).unbind(-1)
+    return _ratio(2 * tp, 2 * tp + fp + fn, torch.float64)
+
+
+def per_image_jaccard(per_image: Tensor) -> Tensor:
+    """``(N, T)`` IoU from per-image ``[tp, fp, fn]`` counts ``(N, T, 3)`` (1.0 when both empty)."""
+    tp, fp, fn = per_image.unbind(-1)
+    return _ratio(tp, tp + fp + fn, torch.float64)
+
+
+def select_threshold(
+    dice: Tensor,
+    per_image: Tensor,
+    thresholds: Tensor,
+    selection: str = "pooled_dice",
+    reference: float | None = None,
+) -> int:
+    """The index of the chosen threshold among the descending ``thresholds``.
+
+    - ``pooled_dice``: the highest Dice pooled over every pixel of the set (``dice``, ``(T,)``);
+    - ``per_image``: the highest mean per-image Jaccard (what evaluation reports), which a few
+      large lesions do not dominate;
+    - ``guarded``: ``per_image``'s choice only when its gain over ``reference`` in mean
+      per-image Jaccard is clear (the lower end of a 95% paired bootstrap interval over the
+      images is above 0), else ``reference``: a few images rarely justify a move.
+
+    Ties go to the highest threshold. ``reference`` must be one of ``thresholds``.
+    """
+    if selection not in SELECTIONS:
+        raise ValueError(f"threshold selection must be one of {SELECTIONS}, got {selection!r}")
+    if selection == "pooled_dice":
+        # argmax returns the first maximum; the sweep is descending: the highest threshold wins.
+        return int(dice.argmax())
+    jaccard = per_image_jaccard(per_image.cpu())
+    best = int(jaccard.mean(0).argmax())
+    if selection == "per_image":
+        return best
+    if reference is None:
+        raise ValueError("the guarded threshold selection needs a reference threshold")
+    matches = torch.nonzero(torch.isclose(thresholds.cpu(), torch.tensor(float(reference))))
+    if matches.numel() == 0:
+        raise ValueError(f"the reference threshold {reference} is not among the candidates")
+    kept = int(matches[0])
+    if best == kept:
+        return kept
+    gain = jaccard[:, best] - jaccard[:, kept]
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.randint(0, gain.numel(), (GUARD_DRAWS, gain.numel()), generator=generator)
+    low = torch.quantile(gain[draws].mean(1), (1.0 - GUARD_CONFIDENCE) / 2.0)
+    return best if float(low) > 0.0 else kept
+
+
+def with_reference(thresholds: Tensor, reference: float | None) -> Tensor:
+    """``thresholds`` (descending) with ``reference`` added when it is not one of them."""
+    if reference is None or bool(torch.isclose(thresholds, torch.tensor(reference)).any()):
+        return thresholds
+    return torch.cat([thresholds, torch.tensor([reference])]).sort(descending=True).values
 
 
 def find_best_threshold(
@@ -245,6 +321,9 @@ class ThresholdSweep(Metric):
         thresholds: Strictly descending candidates in ``[0, 1]``; :data:`THRESHOLDS` if ``None``.
         fixed_threshold: Skip the sweep and report everything at this threshold in ``[0, 1]``
             (``optimal_threshold`` echoes it; the gain is still relative to 0.5).
+        selection: How the threshold is chosen (:func:`select_threshold`).
+        reference: The threshold ``guarded`` keeps unless the gain is clear; added to the
+            candidates when it is not one of them.
         validate_args: Check that ``probs`` lies in ``[0, 1]`` on every update (one device sync).
         kwargs: Forwarded to :class:`torchmetrics.Metric`.
     """
@@ -265,9 +344,16 @@ class ThresholdSweep(Metric):
         thresholds: Tensor | None = None,
         fixed_threshold: float | None = None,
         validate_args: bool = True,
+        selection: str = "pooled_dice",
+        reference: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
+        if selection == "guarded" and fixed_threshold is None and reference is None:
+            raise ValueError("the guarded selection needs a reference threshold")
+        self.selection, self.reference = selection, reference
         if fixed_threshold is not None:
             if thresholds is not None:
                 raise ValueError("pass either thresholds or fixed_threshold, not both")
@@ -276,6 +362,7 @@ class ThresholdSweep(Metric):
             candidates = torch.tensor([fixed_threshold], dtype=torch.float32)
         else:
             candidates = _check_thresholds(THRESHOLDS if thresholds is None else thresholds)
+            candidates = with_reference(candidates, reference if selection == "guarded" else None)
         self.fixed_threshold = fixed_threshold
         self.validate_args = validate_args
         # Count on candidates ∪ {0.5} so the gain over 0.5 needs no second pass.
@@ -330,4 +417,6 @@ class ThresholdSweep(Metric):
             per_image[:, idx],
             counts[self.index_05],
             best=0 if self.fixed_threshold is not None else None,
+            selection=self.selection,
+            reference=self.reference,
         )

@@ -93,6 +93,13 @@ def read_init_source(cfg: ExperimentConfig) -> tuple[ExperimentConfig, InitSourc
     except (FileNotFoundError, CheckpointError) as error:
         raise InitCheckpointError(f"TRAIN_CONFIG.init_checkpoint: {error}") from None
     merged = _inherit(cfg, source)
+    train = merged.train
+    if train.threshold_selection == "guarded" and train.threshold_reference is None:
+        train.threshold_reference = source.threshold
+        log.info(
+            "threshold: the source's %.2f unless the validation images show a clear gain",
+            source.threshold,
+        )
     # The shapes are checked now, before any run folder or MLflow run exists.
     load_init_weights(UNet2D(**merged.model.model_dump()), source.state_dict, str(path))
     lineage = InitLineage(

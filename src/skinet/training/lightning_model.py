@@ -126,7 +126,12 @@ class LightningModel(L.LightningModule):
         # the summed batch counts by the world size in integer arithmetic, which is wrong when
         # ranks score different numbers of images (unpadded validation and test under DDP).
         self.train_loss, self.val_loss, self.test_loss = (MeanMetric() for _ in range(3))
-        self.val_sweep = ThresholdSweep(fixed_threshold=fixed)
+        reference = train_cfg.threshold_reference
+        if train_cfg.threshold_selection == "guarded" and reference is None:
+            reference = DEFAULT_THRESHOLD
+        self.val_sweep = ThresholdSweep(
+            fixed_threshold=fixed, selection=train_cfg.threshold_selection, reference=reference
+        )
         # Rebuilt in on_test_epoch_start at the threshold chosen by then.
         self.test_sweep = ThresholdSweep(fixed_threshold=self.threshold_used)
         # TRAIN_CONFIG.augment_on: device: the training split, on this module's device in fit.

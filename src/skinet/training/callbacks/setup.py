@@ -17,6 +17,7 @@ from skinet.tracking.mlflow_utils import (
 from skinet.tracking.runs import reopen_run, set_tags
 from skinet.tracking.server import check_tracking_server
 from skinet.training.callbacks.ema import WeightEMA
+from skinet.training.callbacks.freeze import FreezeEncoder
 from skinet.training.callbacks.mlflow_artifacts import (
     MLflowTrainingArtifactsCallback,
     SkiNetMLFlowLogger,
@@ -70,6 +71,8 @@ def setup_logging_and_callbacks(
         ThroughputCallback(),
         ProgressLogCallback(train.progress_log_interval_sec, train.enable_progress_bar),
     ]
+    if train.freeze_encoder_epochs:
+        callbacks.append(FreezeEncoder(train.freeze_encoder_epochs))
     if train.use_ema:  # before the checkpoints: they save the average it keeps
         callbacks.append(WeightEMA(train.ema_config.decay, train.ema_config.start_step))
     if train.use_early_stopping:
