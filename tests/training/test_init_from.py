@@ -140,3 +140,32 @@ def test_the_encoder_stays_as_loaded_while_frozen(
     one, two = fine_tuned(1), fine_tuned(2)
     assert not moved(one, "encoder.") and moved(one, "decoder.")
     assert moved(two, "encoder.")
+
+
+def test_a_fine_tuned_run_resumes_without_its_source(
+    tmp_path: Path, synthetic_root: Path, source_checkpoint: Path, monkeypatch, caplog
+) -> None:
+    import shutil
+
+    (tmp_path / "models").mkdir()
+    shutil.copy(source_checkpoint, tmp_path / "models" / "source.ckpt")
+    monkeypatch.chdir(tmp_path)
+    config = _fine_tune_config(tmp_path, synthetic_root, max_epochs=1, use_mlflow_logger=False)
+    argv = ["train", "--config", str(config), "--no-visualize"]
+    assert main([*argv, "--init-from", "models/source.ckpt"]) == 0  # typed relative
+    (run_dir,) = (tmp_path / "runs").glob("clinic_*")
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["TRAIN_CONFIG"]["init_checkpoint"] == str(tmp_path / "models" / "source.ckpt")
+
+    (tmp_path / "models" / "source.ckpt").rename(tmp_path / "moved.ckpt")  # the source is gone
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    caplog.clear()
+    caplog.set_level(logging.INFO)
+    resumed = ["train", "--config", str(run_dir / "config.yaml"), "--resume", "last"]
+    assert main([*resumed, "--no-visualize", "--set", "TRAIN_CONFIG.max_epochs=2"]) == 0
+    assert "fine-tuning from" not in caplog.text
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
+    card = (run_dir / "MODEL_CARD.md").read_text()
+    assert f"Fine-tuned from `{tmp_path / 'models' / 'source.ckpt'}`" in card

@@ -12,14 +12,15 @@ its MLflow run go to the new run's MLflow tags and model card (:class:`InitLinea
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from torch import Tensor, nn
 
 from skinet.checkpoints.format import CheckpointError
-from skinet.checkpoints.read import SkinetCheckpoint, load_checkpoint
+from skinet.checkpoints.read import load_checkpoint
 from skinet.config.experiment import ExperimentConfig, parse_config
 from skinet.models.unet2d import UNet2D
 
@@ -37,6 +38,9 @@ PREPROCESSING_FIELDS = (
     "std",
 )
 """``DATA_CONFIG`` fields that decide what the model sees: inherited from the source."""
+LINEAGE_FILE = "init_from.json"
+"""A fine-tuned run's :class:`InitLineage` in its run folder: a resume reads it there, so it
+needs neither the source checkpoint nor its path."""
 
 
 class InitCheckpointError(ValueError):
@@ -69,6 +73,18 @@ class InitLineage:
         return tags
 
 
+def write_lineage(run_dir: Path, lineage: InitLineage) -> None:
+    """``<run_dir>/init_from.json``."""
+    (run_dir / LINEAGE_FILE).write_text(json.dumps(asdict(lineage), indent=2))
+
+
+def read_lineage(run_dir: Path) -> InitLineage | None:
+    """The lineage a fine-tuned run recorded, or ``None`` (not fine-tuned, or written before
+    SkiNet kept it in the run folder)."""
+    path = run_dir / LINEAGE_FILE
+    return InitLineage(**json.loads(path.read_text())) if path.is_file() else None
+
+
 @dataclass(frozen=True)
 class InitSource:
     """The checkpoint a run starts from: its weights and its lineage."""
@@ -92,7 +108,8 @@ def read_init_source(cfg: ExperimentConfig) -> tuple[ExperimentConfig, InitSourc
         source = load_checkpoint(path)
     except (FileNotFoundError, CheckpointError) as error:
         raise InitCheckpointError(f"TRAIN_CONFIG.init_checkpoint: {error}") from None
-    merged = _inherit(cfg, source)
+    merged = _inherit(cfg, source.config, str(path))
+    merged.train.init_checkpoint = str(Path(path).resolve())  # valid from any folder
     train = merged.train
     if train.threshold_selection == "guarded" and train.threshold_reference is None:
         train.threshold_reference = source.threshold
@@ -117,10 +134,28 @@ def read_init_source(cfg: ExperimentConfig) -> tuple[ExperimentConfig, InitSourc
     return merged, InitSource(source.state_dict, lineage)
 
 
-def _inherit(cfg: ExperimentConfig, source: SkinetCheckpoint) -> ExperimentConfig:
+def resume_config(cfg: ExperimentConfig, saved: ExperimentConfig) -> ExperimentConfig:
+    """A fine-tuned run's config for its resume: the model and preprocessing the run itself
+    recorded (``saved``, from its checkpoint) where ``cfg`` sets none, and the run's own
+    ``init_checkpoint`` when ``cfg`` names the same file. The source is not read: the weights
+    come from the run's checkpoint. Other configs are returned as they are."""
+    ours, theirs = cfg.train.init_checkpoint, saved.train.init_checkpoint
+    if ours is None or theirs is None:
+        return cfg
+    merged = _inherit(cfg, saved, "the run's checkpoint", quiet=True)
+    if ours == theirs or Path(ours).resolve() == Path(theirs).resolve():
+        merged.train.init_checkpoint = theirs
+    if merged.train.threshold_reference is None:  # the source's, as the run first took it
+        merged.train.threshold_reference = saved.train.threshold_reference
+    return merged
+
+
+def _inherit(
+    cfg: ExperimentConfig, source: ExperimentConfig, origin: str, quiet: bool = False
+) -> ExperimentConfig:
     """Take every model field and preprocessing field that ``cfg`` does not set from ``source``."""
     raw = cfg.to_yaml_dict()
-    theirs = source.config.to_yaml_dict()
+    theirs = source.to_yaml_dict()
     inherited, overridden = [], []
     sections = (
         ("MODEL_CONFIG", cfg.model.model_fields_set, tuple(type(cfg.model).model_fields)),
@@ -135,16 +170,14 @@ def _inherit(cfg: ExperimentConfig, source: SkinetCheckpoint) -> ExperimentConfi
                     inherited.append(f"{section}.{name}={source_value}")
             elif ours != source_value:
                 overridden.append(f"{section}.{name}: {source_value} -> {ours}")
-    if inherited:
-        log.info("from the source checkpoint: %s", ", ".join(inherited))
-    if overridden:
-        log.warning(
-            "the config overrides the source checkpoint's %s",
-            "; ".join(overridden),
-        )
-    else:
-        log.info("model and preprocessing are the source checkpoint's")
-    return parse_config(raw, f"{cfg.train.init_checkpoint} + config")
+    if not quiet:
+        if inherited:
+            log.info("from the source checkpoint: %s", ", ".join(inherited))
+        if overridden:
+            log.warning("the config overrides the source checkpoint's %s", "; ".join(overridden))
+        else:
+            log.info("model and preprocessing are the source checkpoint's")
+    return parse_config(raw, f"{origin} + config")
 
 
 def load_init_weights(model: nn.Module, state_dict: dict[str, Tensor], source: str) -> None:

@@ -30,7 +30,14 @@ from skinet.training.callbacks.setup import setup_logging_and_callbacks
 from skinet.training.data.loaders import build_dataloaders
 from skinet.training.data.visualize import visualize_augmented_data
 from skinet.training.guards import check_output_dir, disk_full_error, out_of_memory_error
-from skinet.training.init_from import load_init_weights, read_init_source
+from skinet.training.init_from import (
+    InitSource,
+    load_init_weights,
+    read_init_source,
+    read_lineage,
+    resume_config,
+    write_lineage,
+)
 from skinet.training.lightning_model import LightningModel, check_attention_upsample
 from skinet.training.records import CONFIG_FILE, METRICS_FILE, RunResult, write_run_records
 from skinet.training.reproducibility import configure_reproducibility
@@ -133,7 +140,6 @@ def run_training(
         own name), the last epoch's other validation metrics and every ``test_*`` metric.
     """
     check_config(cfg, "the training config")  # the CLI checked it; a call from Python may not
-    cfg, init_source = read_init_source(cfg)
     train_cfg = cfg.train
     rank_zero = is_launch_rank_zero()
     if rank_zero:
@@ -153,6 +159,7 @@ def run_training(
     run_dir = Path(train_cfg.output_dir) / run_name
     resume_path: Path | None = None
     resume_run_id: str | None = None
+    init_source: InitSource | None = None
     if resume is not None:
         resume_path = (
             find_last_checkpoint(train_cfg.output_dir, train_cfg.experiment_name)
@@ -165,14 +172,22 @@ def run_training(
         payload = CheckpointPayload.from_checkpoint(
             check_resume(resume_path, train_cfg.max_epochs, run_dir), str(resume_path)
         )
-        check_attention_upsample(payload, cfg)  # before any run or folder is made
         source = f"{resume_path} (checkpoint config)"
         saved = parse_config(payload.config, source)
+        # A fine-tuned run resumes from its own checkpoint: its source is not read again.
+        cfg = resume_config(cfg, saved)
+        train_cfg = cfg.train
+        check_attention_upsample(payload, cfg)  # before any run or folder is made
         changes = refused_changes(saved, cfg)
         if changes:
             raise ResumeError(refusal_message(str(resume_path), changes))
         resume_run_id = payload.mlflow_run_id
         remove_empty_checkpoints(resume_path.parent)
+        lineage = read_lineage(run_dir)
+    else:
+        cfg, init_source = read_init_source(cfg)
+        train_cfg = cfg.train
+        lineage = init_source.lineage if init_source is not None else None
 
     # Bad data, a model too large for the memory and an unreachable tracking server all fail
     # before any run folder or MLflow run is made, so a failed start leaves nothing half-made.
@@ -185,20 +200,21 @@ def run_training(
         if oom is None:
             raise
         raise oom from error
-    lineage = init_source.lineage if init_source is not None else None
     loggers, callbacks = setup_logging_and_callbacks(
         cfg, run_dir, run_name, parent_run_id, resume_run_id, lineage.tags() if lineage else None
     )
     if rank_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_config_file(run_dir / CONFIG_FILE, cfg, settings)
+        if init_source is not None:
+            write_lineage(run_dir, init_source.lineage)
 
     if visualize and rank_zero:
         visualize_augmented_data(loaders.train_dataset, run_dir / "augmented_samples.png")
 
     history = EpochMetricsHistory()
     callbacks.append(history)
-    if init_source is not None and resume_path is None:  # a resumed run has its own weights
+    if init_source is not None:  # a resumed run has its own weights
         load_init_weights(model.model, init_source.state_dict, init_source.lineage.checkpoint)
     callbacks.append(ResumeStateCallback(cfg, loaders.train_dataset))
     held_open = [lg for lg in loggers if isinstance(lg, SkiNetMLFlowLogger)]
