@@ -197,6 +197,7 @@ def test_same_monitor_in_sub_section_is_accepted() -> None:
         ({"trainconfig": {"lr": -1}}, r"trainconfig\.lr"),
         ({"NOT_A_SECTION": {}}, r"NOT_A_SECTION: unknown key"),
         ({"SWEEP_CONFIG": {"monitor": "val_acc"}}, r"SWEEP_CONFIG\.monitor: .*unknown metric"),
+        ({"TRAIN_CONFIG": {"max_epochs": [1]}}, r"max_epochs: .*integer \(got \[1\]\)"),
     ],
 )
 def test_bad_values_name_the_yaml_path(raw: dict, expected: str) -> None:

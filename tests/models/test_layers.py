@@ -89,6 +89,8 @@ def test_state_dicts_load_either_way_with_equal_outputs(channels_last: bool) -> 
         (None, "batch", "cpu", True),
         (None, "group", "cpu", False),
         (None, "instance", "mps", False),
+        (None, "instance", "cuda", False),  # not measured there: one group_norm kernel per layer
+        (None, "batch", "cuda", True),
         (False, "instance", "cpu", False),
         (True, "group", "cpu", True),
     ],
@@ -97,3 +99,15 @@ def test_channels_last_default_follows_norm_and_device(
     setting: bool | None, norm: str, device: str, expected: bool
 ) -> None:
     assert uses_channels_last(setting, norm, device) is expected
+
+
+def test_both_forms_of_instance_norm_agree_under_autocast() -> None:
+    torch.manual_seed(0)
+    norm, conv = InstanceNorm(8), torch.nn.Conv2d(8, 8, 3, padding=1)
+    x = torch.randn(2, 8, 16, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        features = conv(x)
+        contiguous = norm(features.contiguous())
+        channels_last = norm(features.contiguous(memory_format=torch.channels_last))
+    assert contiguous.dtype == channels_last.dtype == features.dtype
+    torch.testing.assert_close(contiguous.float(), channels_last.float(), rtol=2e-2, atol=2e-2)

@@ -124,8 +124,10 @@ def _format_error(error: ValidationError, section_names: dict[str, str]) -> str:
             lines.extend(message.split("; "))
             continue
         line = f"{path}: {message}" if path else message
-        if item["type"] != "missing" and not isinstance(item.get("input"), dict | list | None):
-            line += f" (got {item['input']!r})"
+        given = item.get("input")
+        short_list = isinstance(given, list) and len(repr(given)) <= 60
+        if item["type"] != "missing" and (short_list or not isinstance(given, dict | list | None)):
+            line += f" (got {given!r})"
         lines.append(line)
     return "\n".join(lines)
 

@@ -48,7 +48,9 @@ class InstanceNorm(nn.GroupNorm):
                     for image in x.split(1)
                 ]
             )
-        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+        # Autocast runs group_norm in float32 on CUDA and batch_norm in the input's precision:
+        # both forms return the input's dtype, whatever the layout.
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps).to(x.dtype)
 
 
 def _is_channels_last(x: Tensor) -> bool:
@@ -168,14 +170,17 @@ class NormActConv(nn.Sequential):
 
 CHANNELS_LAST_BY_DEVICE: dict[str, dict[str, bool]] = {
     "cpu": {"batch": True, "instance": True, "group": False},
-    "cuda": {"batch": True, "instance": True, "group": False},
+    "cuda": {"batch": True, "instance": False, "group": False},
 }
 """Device type -> norm -> whether ``channels_last`` is the faster memory format.
 
 The CPU row is ``benchmarks/bench_norm.py``'s measurement on 2 cores (``docs/models.md``): with
 ``channels_last``, batch norm and :class:`InstanceNorm` train 1.2-1.3x faster and
-``nn.GroupNorm`` slower. The CUDA row follows it until ``benchmarks/gpu_check.py`` measures it
-there. Other devices (MPS) keep the contiguous format.
+``nn.GroupNorm`` slower. The CUDA row is not measured: it keeps the layouts SkiNet used before
+that measurement (``channels_last`` for batch norm, as the shipped configs had it; instance norm
+contiguous, one ``group_norm`` kernel per layer instead of a Python loop of one ``batch_norm``
+per image) until ``benchmarks/gpu_check.py`` measures them. Other devices (MPS) keep the
+contiguous format.
 """
 
 
