@@ -210,3 +210,36 @@ def test_a_calibrated_threshold_is_used_by_predict_evaluate_and_export(
     assert f"**{tuned:.2f}**" in card
     beside = calibrated.with_name("clinic.ckpt.MODEL_CARD.md").read_text()
     assert beside.count(CALIBRATION_HEADING) == 1 and "# Model card" in beside
+
+
+def test_save_calibrated_keeps_what_it_would_replace_and_names_what_it_cannot_write(
+    tmp_path: Path,
+    trained_checkpoint: Path,
+    labelled_folder: tuple[Path, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import resource
+
+    images, masks = labelled_folder
+    out = tmp_path / "clinic.ckpt"
+    out.write_bytes(b"mine")
+    card = out.with_name("clinic.ckpt.MODEL_CARD.md")
+    card.write_text("# my notes\n")
+    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--images", str(images)]
+    argv += ["--masks", str(masks), "--tune-threshold", "--output", str(tmp_path / "tuned")]
+    assert run_cli([*argv, "--save-calibrated", str(out)]) == 2
+    assert out.read_bytes() == b"mine" and card.read_text() == "# my notes\n"
+    assert run_cli([*argv, "--save-calibrated", str(out), "--overwrite"]) == 0
+    assert load_checkpoint(out).payload.calibration is not None
+
+    small = tmp_path / "small.ckpt"
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, hard))  # a checkpoint is larger
+    try:
+        code = run_cli([*argv, "--save-calibrated", str(small)])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert code != 0
+    assert f"could not write {small} (File too large); nothing was written" in caplog.text
+    assert not small.exists() and not list(tmp_path.glob(".small.ckpt*"))
+    assert "Traceback" not in caplog.text

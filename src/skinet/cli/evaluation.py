@@ -80,6 +80,15 @@ def _check_evaluate_options(args: argparse.Namespace) -> None:
                 f"--save-calibrated {args.save_calibrated} is the checkpoint being calibrated: "
                 "give a new file name (the original stays as trained)"
             )
+        from skinet.checkpoints.model_card import checkpoint_card_path
+
+        outputs = (args.save_calibrated, checkpoint_card_path(args.save_calibrated))
+        taken = [str(path) for path in outputs if path.exists()]
+        if taken and not args.overwrite:
+            raise UsageError(
+                f"--save-calibrated: {' and '.join(taken)} already exist(s): give a new file "
+                "name, or --overwrite to replace them"
+            )
     names = [external.name for external in args.external]
     if len(set(names)) != len(names):
         raise UsageError(f"--external names must differ, got {names}")
@@ -296,6 +305,11 @@ def add_evaluate_subcommand(subparsers: Any) -> None:
         metavar="CKPT",
         help="with --tune-threshold: write a copy of the checkpoint that carries the tuned "
         "threshold (predict, evaluate and export use it) and its model card",
+    )
+    evaluate.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="let --save-calibrated replace an existing file and its model card",
     )
     evaluate.add_argument(
         "--data", type=Path, help="dataset folder (default: the checkpoint's DATA_CONFIG)"

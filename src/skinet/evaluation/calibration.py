@@ -10,6 +10,7 @@ whose SkiNet entry carries the tuned threshold and where it was tuned
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import shutil
 from datetime import UTC, datetime
@@ -53,7 +54,8 @@ def save_calibrated_checkpoint(
     checkpoint under ``output``.
 
     Raises:
-        CheckpointError: ``output`` is ``source`` (the original is never overwritten).
+        CheckpointError: ``output`` is ``source`` (the original is never overwritten), or it
+            cannot be written (a read-only folder, a full disk, a file-size limit).
     """
     source, output = Path(source), Path(output)
     if output.resolve() == source.resolve():
@@ -64,10 +66,21 @@ def save_calibrated_checkpoint(
     raw = read_checkpoint_file(source)
     payload = CheckpointPayload.from_checkpoint(raw, str(source))
     raw[CHECKPOINT_KEY] = dataclasses.replace(payload, calibration=calibration).to_dict()
-    output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(f".{output.name}.partial")
-    torch.save(raw, partial)
-    os.replace(partial, output)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        # Serialised in memory, written by Python: a failed write is an OSError with its reason
+        # (torch's own writer reports it as "unexpected pos").
+        buffer = io.BytesIO()
+        torch.save(raw, buffer)
+        partial.write_bytes(buffer.getvalue())
+        os.replace(partial, output)
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        reason = error.strerror or type(error).__name__
+        raise CheckpointError(
+            f"--save-calibrated: could not write {output} ({reason}); nothing was written"
+        ) from None
     _write_card(source, output, calibration)
     return output
 
