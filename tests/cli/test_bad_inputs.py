@@ -176,6 +176,31 @@ def _batch_size_zero(s: Setup) -> list[str]:
             "0"]  # fmt: skip
 
 
+def _budget_schedule_without_budget(s: Setup) -> list[str]:
+    return ["train", "--config", s.config(), "--set", "TRAIN_CONFIG.scheduler_type=cosine_budget"]
+
+
+def _compare_one_model(s: Setup) -> list[str]:
+    return ["compare", str(s.data), "--external", f"a={s.data}:{s.data}"]
+
+
+def _save_calibrated_exists(s: Setup) -> list[str]:
+    (s.tmp / "clinic.ckpt").write_bytes(b"mine")
+    argv = ["evaluate", "--checkpoint", "x.ckpt", "--split", "val", "--tune-threshold"]
+    return [
+        *argv,
+        "--save-calibrated",
+        str(s.tmp / "clinic.ckpt"),
+        "--output",
+        str(s.tmp / "report"),
+    ]
+
+
+def _kept(s: Setup) -> None:
+    assert (s.tmp / "clinic.ckpt").read_bytes() == b"mine"
+    assert not (s.tmp / "report").exists()
+
+
 @dataclass
 class Case:
     """A bad input, the command run on it, and what SkiNet must answer."""
@@ -233,6 +258,11 @@ CASES: dict[str, Case] = {
     "verify-without-source": Case(_verify_without_source, 2, "give --config or --data-dir"),
     "seeds-duplicated": Case(_seeds_duplicated, 2, "--seeds has duplicates"),
     "batch-size-zero": Case(_batch_size_zero, 2, "expected an integer >= 1, got 0"),
+    "budget-schedule-without-budget": Case(
+        _budget_schedule_without_budget, 2, "cosine_budget anneals over the time budget"
+    ),
+    "compare-one-model": Case(_compare_one_model, 2, "compare needs two models or more"),
+    "save-calibrated-exists": Case(_save_calibrated_exists, 2, "already exist(s)", _kept),
 }
 
 
