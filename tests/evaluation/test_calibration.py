@@ -243,3 +243,20 @@ def test_save_calibrated_keeps_what_it_would_replace_and_names_what_it_cannot_wr
     assert f"could not write {small} (File too large); nothing was written" in caplog.text
     assert not small.exists() and not list(tmp_path.glob(".small.ckpt*"))
     assert "Traceback" not in caplog.text
+
+
+def test_summaries_record_a_split_only_where_one_was_scored(
+    tmp_path: Path, trained_checkpoint: Path, labelled_folder: tuple[Path, Path]
+) -> None:
+    images, masks = labelled_folder
+    ckpt = ["evaluate", "--checkpoint", str(trained_checkpoint)]
+    folder = ["--images", str(images), "--masks", str(masks)]
+    assert run_cli([*ckpt, *folder, "--output", str(tmp_path / "a")]) == 0
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["split"] is None
+    both = ["--split", "val", "--external", f"clinic={images}:{masks}"]
+    assert run_cli([*ckpt, *both, "--output", str(tmp_path / "b")]) == 0
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["split"] == "val"
+    assert json.loads((tmp_path / "b" / "clinic" / "summary.json").read_text())["split"] is None
+    # A split given with --images would be ignored: refused instead.
+    assert run_cli([*ckpt, *folder, "--split", "val", "--output", str(tmp_path / "c")]) == 2
+    assert not (tmp_path / "c").exists()

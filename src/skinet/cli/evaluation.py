@@ -51,9 +51,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
         if args.save_calibrated is not None:
             _save_calibrated(args, predictor, tuned, main_name)
     codes, summaries = [], {}
-    for name, samples, output in sets:
+    split_scored = args.images is None and args.split != "none"  # the first set is a split
+    for index, (name, samples, output) in enumerate(sets):
         log.info("evaluating %d image(s) of %s", len(samples), name)
-        result = _evaluate_set(predictor, samples, args)
+        split = args.split if split_scored and index == 0 else None
+        result = _evaluate_set(predictor, samples, args, split)
         result.info.update(evaluated=name, threshold_tuned_on=tuned_on)
         codes.append(_write_scored(result, output, quiet=len(sets) > 1))
         summaries[name] = result.summary
@@ -65,6 +67,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
 def _check_evaluate_options(args: argparse.Namespace) -> None:
     if (args.images is None) != (args.masks is None):
         raise UsageError("--images and --masks go together")
+    if args.images is not None and args.split not in (None, "none"):
+        raise UsageError(
+            f"--split {args.split} scores a split of --data; with --images the folder is "
+            "scored instead: drop --split (or --images)"
+        )
+    if args.split is None:
+        args.split = "none" if args.images is not None else "test"
     if args.images is not None and (args.data is not None or args.dataset is not None):
         raise UsageError("use --images with --masks, or --data/--dataset/--split (not both)")
     if args.split == "none" and args.images is None and not args.external:
@@ -138,7 +147,8 @@ def refuse_leak(predictor: Any, args: argparse.Namespace) -> None:
         log.warning("--allow-leak: the scores of split %r are optimistic", args.split)
 
 
-def _evaluate_set(predictor: Any, samples: Any, args: argparse.Namespace) -> Any:
+def _evaluate_set(predictor: Any, samples: Any, args: argparse.Namespace, split: str | None) -> Any:
+    """Score one set; ``split`` is the split it is (``None`` for a labelled folder)."""
     from skinet.evaluation.evaluate import evaluate_predictor
 
     result = evaluate_predictor(
@@ -150,7 +160,7 @@ def _evaluate_set(predictor: Any, samples: Any, args: argparse.Namespace) -> Any
     )
     result.info.update(
         checkpoint=checkpoint_info(args),
-        split=args.split,
+        split=split,
         threshold=predictor.threshold,
         calibration=getattr(predictor, "calibration", None),
         tta=args.tta,
@@ -321,9 +331,8 @@ def add_evaluate_subcommand(subparsers: Any) -> None:
     )
     evaluate.add_argument(
         "--split",
-        default="test",
         choices=(*SPLIT_CHOICES, "none"),
-        help="split of --data to score (default test; none: only --external)",
+        help="split of --data to score (default test; none: only --external); not with --images",
     )
     evaluate.add_argument(
         "--images", type=Path, help="a labelled folder of images (instead of a split)"
