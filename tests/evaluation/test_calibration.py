@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -260,3 +261,20 @@ def test_summaries_record_a_split_only_where_one_was_scored(
     # A split given with --images would be ignored: refused instead.
     assert run_cli([*ckpt, *folder, "--split", "val", "--output", str(tmp_path / "c")]) == 2
     assert not (tmp_path / "c").exists()
+
+
+def test_tuning_on_an_external_set_marks_its_optimistic_score(
+    tmp_path: Path,
+    trained_checkpoint: Path,
+    labelled_folder: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    images, masks = labelled_folder
+    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--split", "none"]
+    argv += ["--external", f"a={images}:{masks}", "--external", f"b={images}:{masks}"]
+    assert run_cli([*argv, "--tune-threshold", "--output", str(tmp_path / "out")]) == 0
+    printed = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert "a (tuned)" in printed and "others" in printed  # the mean leaves the tuned set out
+    assert "its scores are optimistic" in printed
+    assert "the scores of a are optimistic (the threshold was tuned on them)" in caplog.text

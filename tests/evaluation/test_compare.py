@@ -117,3 +117,14 @@ def test_bad_compare_arguments_exit_2(tmp_path: Path, argv, message, capsys) -> 
     assert main(["compare", *argv]) == 2
     captured = capsys.readouterr()
     assert message in captured.out + captured.err
+
+
+def test_model_arguments_with_equals_signs_in_checkpoint_names(tmp_path: Path) -> None:
+    from skinet.cli.compare import model_spec
+
+    ckpt = tmp_path / "run" / "checkpoints" / "best-epoch=003.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"")
+    assert model_spec(str(ckpt)).paths == (ckpt,) and model_spec(str(ckpt)).name == "run"
+    named = model_spec(f"ema={ckpt},{ckpt}")
+    assert named.name == "ema" and named.paths == (ckpt, ckpt)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,9 @@ from skinet.cli.inference import add_model_options
 from skinet.config.errors import UsageError
 
 log = logging.getLogger("skinet")
+
+
+MODEL_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
 @dataclass(frozen=True)
@@ -25,8 +29,11 @@ class ModelSpec:
 
 def model_spec(text: str) -> ModelSpec:
     """An ``argparse`` type: ``NAME=PATH[,PATH...]`` or a single ``PATH`` (named after it)."""
+    # Checkpoint names hold '=' (best-epoch=003.ckpt): a NAME is a plain word before the first
+    # '=', and text that names existing paths as it stands is paths.
     name, sep, rest = text.partition("=")
-    if not sep:
+    whole = [part for part in text.split(",") if part]
+    if not sep or not MODEL_NAME.fullmatch(name) or all(Path(p).exists() for p in whole):
         name, rest = "", text
     paths = tuple(Path(part) for part in rest.split(",") if part)
     if not paths:

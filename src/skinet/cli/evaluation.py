@@ -60,7 +60,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         codes.append(_write_scored(result, output, quiet=len(sets) > 1))
         summaries[name] = result.summary
     if len(sets) > 1:
-        _print_sets(summaries)
+        _print_sets(summaries, tuned_set=main_name if args.tune_threshold else None)
     return max(codes)
 
 
@@ -186,8 +186,10 @@ def _write_scored(result: Any, output: Path, quiet: bool = False) -> int:
     return int(result.exit_code)
 
 
-def _print_sets(summaries: dict[str, dict[str, Any]]) -> None:
-    """One row per evaluated set, and the mean over the sets (what the recipe study ranks by)."""
+def _print_sets(summaries: dict[str, dict[str, Any]], tuned_set: str | None = None) -> None:
+    """One row per evaluated set, and the mean over the sets (what the recipe study ranks by);
+    the set the threshold was tuned on is marked, and its optimistic score left out of the
+    mean."""
     from rich.console import Console
     from rich.table import Table
 
@@ -201,10 +203,16 @@ def _print_sets(summaries: dict[str, dict[str, Any]]) -> None:
         figures = [f"{summary[key]:.4f}" for key in keys]
         ratio = summary.get("median_area_ratio")
         area = "n/a" if ratio is None or ratio != ratio else f"{ratio:.2f}"
-        table.add_row(name, str(summary["num_images"]), *figures, area)
-    mean = sum(s["mean_jaccard"] for s in summaries.values()) / len(summaries)
-    table.add_row("mean over sets", "", f"{mean:.4f}", "", "", "", "", style="bold")
+        label = f"{name} (tuned)" if name == tuned_set else name
+        table.add_row(label, str(summary["num_images"]), *figures, area)
+    others = [s["mean_jaccard"] for name, s in summaries.items() if name != tuned_set]
+    if others:
+        label = "mean over sets" if len(others) == len(summaries) else "mean of the others"
+        mean = sum(others) / len(others)
+        table.add_row(label, "", f"{mean:.4f}", "", "", "", "", style="bold")
     table.caption = "area ratio: median predicted / true lesion area (> 1: contour drawn too large)"
+    if tuned_set is not None:
+        table.caption += "; (tuned): the threshold was tuned on it, its scores are optimistic"
     Console().print(table)
 
 
@@ -220,13 +228,13 @@ def _tune_threshold(
     predictor.threshold = tuned.threshold
     kept = " (the model's own: no clear gain)" if tuned.kept_reference else ""
     print(
-        f"tuned threshold on {where} ({tuned.num_images} images, {tuned.selection}): "
-        f"{tuned.threshold:.2f}{kept} (pooled Dice {tuned.dice:.4f}, mean per-image Jaccard "
+        f"tuned threshold on {where} ({tuned.num_images} images): {tuned.threshold:.2f}{kept} "
+        f"({tuned.selection}; pooled Dice {tuned.dice:.4f}, mean per-image Jaccard "
         f"{tuned.mean_jaccard:.4f})"
     )
     if args.split == "test" and args.images is None:
         log.warning("the threshold was tuned on the test split: its scores are optimistic")
-    elif args.images is not None:
+    elif args.images is not None or args.split == "none":
         log.warning(
             "the scores of %s are optimistic (the threshold was tuned on them): "
             "check it on other labelled images (--external)",

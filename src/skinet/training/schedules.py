@@ -41,7 +41,7 @@ class BudgetCosineLR(LRScheduler):
     def get_lr(self) -> list[float]:  # type: ignore[override]
         done = min(max(self.progress(), 0.0), 1.0)
         factor = (1.0 + math.cos(math.pi * done)) / 2.0
-        return [self.eta_min + (base - self.eta_min) * factor for base in self.base_lrs]
+        return [float(self.eta_min + (base - self.eta_min) * factor) for base in self.base_lrs]
 
     def state_dict(self) -> dict[str, Any]:
         return {key: value for key, value in super().state_dict().items() if key != "progress"}
