@@ -41,9 +41,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from skinet.runtime.allocator import MALLOC_ENV
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from study_recipe import parse_definitions  # noqa: E402  (the same --define syntax)
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE, CALIBRATED = "source", "calibrated"
@@ -248,20 +250,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--list", action="store_true", help="list the variants and exit")
     parser.add_argument("--table", action="store_true", help="print the tables and exit")
     return parser
-
-
-def parse_definitions(pairs: Sequence[str]) -> dict[str, dict[str, Any]]:
-    options: dict[str, dict[str, Any]] = {}
-    for pair in pairs:
-        name, sep, body = pair.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"--define expects NAME=SECTION.key=value[;...], got {pair!r}")
-        items = [part.strip() for part in body.split(";") if part.strip()]
-        options[name] = {
-            key.strip(): yaml.safe_load(value)
-            for key, _, value in (item.partition("=") for item in items)
-        }
-    return options
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from skinet.cli.arguments import DATASET_NAMES, external_set, positive_int, probability
-from skinet.cli.inference import add_model_options
+from skinet.cli.inference import add_model_options, build_predictor
 from skinet.config.errors import UsageError
 
 log = logging.getLogger("skinet")
@@ -122,17 +122,8 @@ def _score(path: Path, set_name: str, samples: Any, args: argparse.Namespace) ->
     if path.is_dir():
         folder = path / set_name if (path / set_name).is_dir() else path
         return score_predictions(folder, samples)
-    from skinet.inference.predictor import Predictor
-
-    predictor = Predictor.from_checkpoint(
-        path,
-        device=args.device,
-        threshold=args.threshold,
-        tta=args.tta,
-        keep_largest=args.keep_largest,
-        fill_holes=args.fill_holes,
-        batch_size=args.batch_size,
-    )
+    one = argparse.Namespace(**{**vars(args), "checkpoint": [path]})
+    predictor = build_predictor(one)  # as predict and evaluate build it, threshold logged
     return score_samples(predictor, samples)
 
 
