@@ -64,11 +64,13 @@ def run_compare(args: argparse.Namespace) -> int:
     scores: dict[str, dict[str, list[dict[str, float]]]] = {name: {} for name in sets}
     for spec in args.models:
         for path in spec.paths:
+            # A checkpoint is loaded once and scored on every set.
+            predictor = None if path.is_dir() else _predictor(path, args)
             for set_name, samples in sets.items():
                 log.info(
                     "%s: scoring %s on %s (%d images)", spec.name, path, set_name, len(samples)
                 )
-                run_scores = _score(path, set_name, samples, args)
+                run_scores = _score(path, predictor, set_name, samples)
                 scores[set_name].setdefault(spec.name, []).append(run_scores)
     try:
         comparison = compare_scores(scores, args.draws, args.confidence, args.seed)
@@ -114,17 +116,20 @@ def _split_config(args: argparse.Namespace) -> Any:
     return parse_config({})
 
 
-def _score(path: Path, set_name: str, samples: Any, args: argparse.Namespace) -> dict[str, float]:
-    """Per-image Jaccard of a checkpoint (predicted here) or of a folder of predicted masks
-    (``FOLDER/<set>`` when it exists, else ``FOLDER``)."""
+def _predictor(path: Path, args: argparse.Namespace) -> Any:
+    """A checkpoint's predictor, built as ``predict`` and ``evaluate`` build it."""
+    return build_predictor(argparse.Namespace(**{**vars(args), "checkpoint": [path]}))
+
+
+def _score(path: Path, predictor: Any, set_name: str, samples: Any) -> dict[str, float]:
+    """Per-image Jaccard of a checkpoint's ``predictor``, or of the folder of predicted masks
+    ``path`` (``FOLDER/<set>`` when it exists, else ``FOLDER``)."""
     from skinet.evaluation.compare import score_predictions, score_samples
 
-    if path.is_dir():
-        folder = path / set_name if (path / set_name).is_dir() else path
-        return score_predictions(folder, samples)
-    one = argparse.Namespace(**{**vars(args), "checkpoint": [path]})
-    predictor = build_predictor(one)  # as predict and evaluate build it, threshold logged
-    return score_samples(predictor, samples)
+    if predictor is not None:
+        return score_samples(predictor, samples)
+    folder = path / set_name if (path / set_name).is_dir() else path
+    return score_predictions(folder, samples)
 
 
 def add_compare_subcommand(subparsers: Any) -> None:

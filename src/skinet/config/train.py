@@ -259,9 +259,14 @@ class TrainConfig(Section):
         parse_device_spec(devices)
         return devices
 
+    @property
+    def budget_schedule(self) -> bool:
+        """The learning rate follows the time budget (``cosine_budget``), stepped every batch."""
+        return self.use_lr_scheduler and self.scheduler_type == "cosine_budget"
+
     @model_validator(mode="after")
     def _check_budget_schedule(self) -> TrainConfig:
-        if self.use_lr_scheduler and self.scheduler_type == "cosine_budget" and not self.max_time:
+        if self.budget_schedule and not self.max_time:
             raise ValueError(
                 "scheduler_type: cosine_budget anneals over the time budget: set "
                 "TRAIN_CONFIG.max_time (e.g. '00:00:15:00'), or use cosine_annealing (epochs)"

@@ -273,9 +273,7 @@ class LightningModel(L.LightningModule):
     def configure_optimizers(self) -> Any:
         optimizer = build_optimizer(self.parameters(), self.cfg.train)
         train = self.cfg.train
-        progress = None
-        if train.use_lr_scheduler and train.scheduler_type == "cosine_budget":
-            progress = budget_progress(self.trainer)
+        progress = budget_progress(self.trainer) if train.budget_schedule else None
         scheduler = build_lr_scheduler(optimizer, train, progress)
         if scheduler is None:
             return optimizer

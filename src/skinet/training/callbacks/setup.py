@@ -125,8 +125,7 @@ def setup_logging_and_callbacks(
     )
     if loggers:
         # A schedule stepped every batch is logged every log_every_n_steps, the rest per epoch.
-        per_step = train.use_lr_scheduler and train.scheduler_type == "cosine_budget"
-        interval = "step" if per_step else "epoch"
+        interval = "step" if train.budget_schedule else "epoch"
         callbacks.append(ResumeAwareLearningRateMonitor(logging_interval=interval))
     return loggers, callbacks
 
