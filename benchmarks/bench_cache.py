@@ -40,7 +40,7 @@ import numpy as np
 import psutil
 from skinet.datasets.cache import load_or_build_split
 from skinet.datasets.decoded import decode_split
-from skinet.datasets.layouts import read_layout
+from skinet.datasets.registry import read_layout
 from skinet.imaging.preprocess import Preprocessing
 
 root, cache, size, mode, barrier, name, reduced = sys.argv[1:8]

@@ -28,7 +28,7 @@ from skinet.datasets.cache import (
     load_or_build_split,
 )
 from skinet.datasets.decoded import decode_split
-from skinet.datasets.layouts import read_layout
+from skinet.datasets.registry import read_layout
 from skinet.imaging.decode import jpeg_reduction, jpeg_size, load_pair
 from skinet.imaging.preprocess import Preprocessing
 from skinet.training.data.loaders import build_dataloaders
@@ -214,7 +214,7 @@ WRITER = textwrap.dedent(
     from pathlib import Path
     from skinet.datasets import decoded as dataset
     from skinet.datasets.cache import load_or_build_split
-    from skinet.datasets.layouts import read_layout
+    from skinet.datasets.registry import read_layout
     from skinet.imaging.preprocess import Preprocessing
 
     root, cache, barrier, name = (Path(a) for a in sys.argv[1:5])

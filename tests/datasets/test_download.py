@@ -13,13 +13,13 @@ import pytest
 from tests.helpers.data_trees import build_official
 
 from skinet.datasets.download import (
-    ARCHIVES,
     DownloadError,
     archive_urls,
     download_dataset,
     download_file,
 )
 from skinet.datasets.layouts import ISIC2017_FOLDERS
+from skinet.datasets.registry import get_layout
 from skinet.datasets.verify import verify_dataset
 
 
@@ -72,12 +72,20 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 def _publish_isic2017(tmp_path: Path, www: Path) -> None:
     """Zip a tiny ISIC 2017 tree the way the official archives are packed (one top folder)."""
     tree = build_official(tmp_path / "src", ISIC2017_FOLDERS, {"train": 3, "val": 2, "test": 2})
-    year_dir = www / ARCHIVES["isic2017"][0]
+    official = get_layout("isic2017").download
+    assert official is not None
+    year_dir = www / official.subfolder
     year_dir.mkdir()
-    for archive in ARCHIVES["isic2017"][1]:
+    for archive in official.archives:
         with zipfile.ZipFile(year_dir / archive.filename, "w") as zf:
             for path in sorted((tree / archive.folder).iterdir()):
                 zf.write(path, f"{archive.folder}/{path.name}")
+
+
+def _first_isic2017_archive() -> str:
+    official = get_layout("isic2017").download
+    assert official is not None
+    return official.archives[0].filename
 
 
 def test_download_extract_verify_and_skip(tmp_path: Path, server) -> None:
@@ -115,7 +123,7 @@ def test_sha256_mismatch(tmp_path: Path, server) -> None:
 def test_corrupted_archive_is_a_clear_error(tmp_path: Path, server) -> None:
     base_url, www = server
     _publish_isic2017(tmp_path, www)
-    first = www / "2017" / ARCHIVES["isic2017"][1][0].filename
+    first = www / "2017" / _first_isic2017_archive()
     data = bytearray(first.read_bytes())
     with zipfile.ZipFile(first) as zf:
         info = zf.infolist()[0]
@@ -129,7 +137,7 @@ def test_corrupted_archive_is_a_clear_error(tmp_path: Path, server) -> None:
 def test_truncated_archive_is_a_clear_error(tmp_path: Path, server) -> None:
     base_url, www = server
     _publish_isic2017(tmp_path, www)
-    first = www / "2017" / ARCHIVES["isic2017"][1][0].filename
+    first = www / "2017" / _first_isic2017_archive()
     first.write_bytes(first.read_bytes()[:-40])
     with pytest.raises(DownloadError, match="not a valid zip archive"):
         download_dataset("isic2017", tmp_path / "data", base_url=base_url, show_progress=False)

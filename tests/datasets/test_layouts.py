@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from skinet.config.data import DataConfig
-from skinet.datasets.layouts import ISIC2017_FOLDERS, assign_splits, read_layout
+from skinet.datasets.layouts import ISIC2017_FOLDERS, assign_splits
 from skinet.datasets.locate import index_dataset, resolve_data_root, resolve_root
+from skinet.datasets.registry import read_layout
 from skinet.datasets.verify import verify_dataset
 from skinet.imaging.errors import DatasetError
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from skinet.datasets.layouts import assign_splits, read_layout
+from skinet.datasets.layouts import assign_splits
+from skinet.datasets.registry import read_layout
 from skinet.datasets.stats import compute_channel_stats
 from skinet.imaging.decode import load_pair
 

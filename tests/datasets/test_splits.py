@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from skinet.config.data import DataConfig
-from skinet.datasets.layouts import read_layout
 from skinet.datasets.locate import index_dataset
+from skinet.datasets.registry import read_layout
 from skinet.datasets.splits import read_split_file, write_split_file
 from skinet.imaging.decode import read_image, read_mask
 from skinet.imaging.errors import DatasetError

@@ -13,22 +13,22 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar
 
 import yaml
 
 from skinet.augment.checks import check_config
-from skinet.config.data import DatasetName
 from skinet.config.errors import ConfigError
 from skinet.config.experiment import ExperimentConfig, load_config
+from skinet.datasets.registry import LAYOUTS
 
 N = TypeVar("N", int, float)
 
 Handler = Callable[[argparse.Namespace], int]
 """A subcommand's handler: the parsed arguments in, the exit status out."""
 
-DATASET_NAMES: tuple[str, ...] = get_args(DatasetName)
-"""Dataset layouts a ``--dataset`` option accepts, as ``DATA_CONFIG.dataset`` defines them."""
+DATASET_NAMES: tuple[str, ...] = tuple(LAYOUTS)
+"""Dataset layouts a ``--dataset`` option accepts: the registry's, as ``DATA_CONFIG.dataset``."""
 
 
 def _number(

@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from skinet.cli.arguments import DATASET_NAMES
 from skinet.config.errors import UsageError
+from skinet.datasets.registry import DOWNLOADABLE
 from skinet.imaging.errors import DatasetError, Problem
 
 
@@ -44,7 +45,7 @@ def add_data_subcommands(subparsers: argparse._SubParsersAction) -> argparse.Arg
     stats.set_defaults(func=run_stats)
 
     download = commands.add_parser("download", help="download the official ISIC archives")
-    download.add_argument("dataset", choices=("isic2017", "isic2018"))
+    download.add_argument("dataset", choices=DOWNLOADABLE)
     download.add_argument(
         "--dest",
         default=None,
@@ -164,10 +165,10 @@ def run_stats(args: argparse.Namespace, console: Console | None = None) -> int:
 def run_download(args: argparse.Namespace, console: Console | None = None) -> int:
     """Download, check and unpack the official archives of an ISIC dataset."""
     from skinet.datasets.download import ISIC_BASE_URL, DownloadError, download_dataset
-    from skinet.datasets.layouts import DEFAULT_DATA_DIRS
+    from skinet.datasets.registry import LAYOUTS
 
     console = console or Console()
-    dest = Path(args.dest or DEFAULT_DATA_DIRS[args.dataset])
+    dest = Path(args.dest or LAYOUTS[args.dataset].default_dir)
     try:
         download_dataset(
             args.dataset,

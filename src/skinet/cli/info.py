@@ -85,11 +85,11 @@ def _data_lines(config: Path | None) -> list[str]:
     try:
         from skinet.config.data import DataConfig
         from skinet.config.experiment import load_config
-        from skinet.datasets.layouts import DEFAULT_DATA_DIRS
         from skinet.datasets.locate import candidate_roots
+        from skinet.datasets.registry import data_dir_of
 
         data = load_config(config).data if config is not None else DataConfig()
-        data_dir = data.data_dir or DEFAULT_DATA_DIRS[data.dataset]
+        data_dir = data_dir_of(data)
         roots = candidate_roots(data_dir, data.azure_blob_mount_point, data.local_data_root)
     except Exception as error:  # a broken config must not hide the rest of the report
         return [f"data roots: cannot tell ({error})"]

@@ -1,4 +1,6 @@
-"""Downloading and unpacking the official ISIC challenge archives.
+"""Downloading and unpacking a layout's official archives (the ISIC challenge zips).
+
+Which archives a layout has is its ``download`` in :mod:`skinet.datasets.registry`.
 
 Downloads resume where an interrupted one stopped (HTTP ``Range``), are checked against the
 size the server announced (and a SHA-256 where one is recorded), and are unpacked into the
@@ -15,63 +17,15 @@ import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from skinet.datasets.registry import Archive, get_layout
 
 logger = logging.getLogger(__name__)
 
 ISIC_BASE_URL = "https://isic-challenge-data.s3.amazonaws.com"
 CHUNK_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class Archive:
-    """One official zip: its file name, the folder it unpacks to, and its SHA-256 if recorded."""
-
-    filename: str
-    folder: str
-    sha256: str | None = None
-
-
-# The official ISIC challenge archives ({base_url}/{year}/{filename}). Checksums are not
-# published by ISIC; where None, the download is checked against the server's Content-Length
-# and the zip's own CRCs.
-ARCHIVES: dict[str, tuple[str, list[Archive]]] = {
-    "isic2017": (
-        "2017",
-        [
-            Archive("ISIC-2017_Training_Data.zip", "ISIC-2017_Training_Data"),
-            Archive(
-                "ISIC-2017_Training_Part1_GroundTruth.zip", "ISIC-2017_Training_Part1_GroundTruth"
-            ),
-            Archive("ISIC-2017_Validation_Data.zip", "ISIC-2017_Validation_Data"),
-            Archive(
-                "ISIC-2017_Validation_Part1_GroundTruth.zip",
-                "ISIC-2017_Validation_Part1_GroundTruth",
-            ),
-            Archive("ISIC-2017_Test_v2_Data.zip", "ISIC-2017_Test_v2_Data"),
-            Archive(
-                "ISIC-2017_Test_v2_Part1_GroundTruth.zip", "ISIC-2017_Test_v2_Part1_GroundTruth"
-            ),
-        ],
-    ),
-    "isic2018": (
-        "2018",
-        [
-            Archive("ISIC2018_Task1-2_Training_Input.zip", "ISIC2018_Task1-2_Training_Input"),
-            Archive(
-                "ISIC2018_Task1_Training_GroundTruth.zip", "ISIC2018_Task1_Training_GroundTruth"
-            ),
-            Archive("ISIC2018_Task1-2_Validation_Input.zip", "ISIC2018_Task1-2_Validation_Input"),
-            Archive(
-                "ISIC2018_Task1_Validation_GroundTruth.zip", "ISIC2018_Task1_Validation_GroundTruth"
-            ),
-            Archive("ISIC2018_Task1-2_Test_Input.zip", "ISIC2018_Task1-2_Test_Input"),
-            Archive("ISIC2018_Task1_Test_GroundTruth.zip", "ISIC2018_Task1_Test_GroundTruth"),
-        ],
-    ),
-}
 
 
 class DownloadError(RuntimeError):
@@ -83,12 +37,16 @@ ProgressFn = Callable[[int, int | None], None]
 
 
 def archive_urls(dataset: str, base_url: str = ISIC_BASE_URL) -> list[tuple[str, Archive]]:
-    """``(url, archive)`` of every official archive of ``dataset``."""
-    if dataset not in ARCHIVES:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {sorted(ARCHIVES)}")
-    year, archives = ARCHIVES[dataset]
-    base = base_url.rstrip("/")
-    return [(f"{base}/{year}/{a.filename}", a) for a in archives]
+    """``(url, archive)`` of every official archive of ``dataset``.
+
+    Raises:
+        ValueError: ``dataset`` is not a layout, or has no download (the message says why).
+    """
+    layout = get_layout(dataset)
+    if layout.download is None:
+        raise ValueError(f"dataset {dataset!r} has no download: {layout.no_download}")
+    base = f"{base_url.rstrip('/')}/{layout.download.subfolder}"
+    return [(f"{base}/{a.filename}", a) for a in layout.download.archives]
 
 
 def download_file(

@@ -1,5 +1,7 @@
 """Finding image/mask pairs on disk for each supported layout, and splitting them.
 
+The readers are wired to their layout names in :mod:`skinet.datasets.registry`.
+
 Every reader returns a :class:`DatasetIndex`: the pairs of each split found on disk plus the
 problems seen while pairing (a mask without an image, an image without a mask, ...). Splits a
 layout does not ship are carved deterministically out of the training pairs (or, for layouts
@@ -14,9 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from skinet.imaging.errors import DatasetError, Problem
+from skinet.imaging.errors import Problem
 
 logger = logging.getLogger(__name__)
 
@@ -35,13 +35,6 @@ ISIC2018_FOLDERS = {
     "test": ("ISIC2018_Task1-2_Test_Input", "ISIC2018_Task1_Test_GroundTruth"),
 }
 PH2_IMAGES_FOLDER = "PH2 Dataset images"
-DEFAULT_DATA_DIRS = {
-    "synthetic": "data/synthetic_isic2017",
-    "isic2017": "data/ISIC2017",
-    "isic2018": "data/ISIC2018",
-    "ph2": "data/PH2Dataset",
-    "folder": "data/folder",
-}
 
 
 @dataclass(frozen=True)
@@ -198,25 +191,9 @@ def read_folder(root: Path, mask_suffix: str = "_segmentation") -> DatasetIndex:
     return index
 
 
-def read_layout(root: Path, dataset: str, mask_suffix: str = "_segmentation") -> DatasetIndex:
-    """Pairs of ``dataset`` (``isic2017``/``synthetic``, ``isic2018``, ``ph2``, ``folder``)."""
-    root = Path(root)
-    if not root.is_dir():
-        raise DatasetError(f"data folder does not exist: {root}")
-    if dataset in ("isic2017", "synthetic"):
-        return read_isic2017(root)
-    if dataset == "isic2018":
-        return read_isic2018(root)
-    if dataset == "ph2":
-        return read_ph2(root)
-    if dataset == "folder":
-        return read_folder(root, mask_suffix)
-    raise ValueError(
-        f"unknown dataset {dataset!r}; choose one of isic2017, isic2018, ph2, folder, synthetic"
-    )
-
-
 def _shuffled(samples: list[Sample], seed: int) -> list[Sample]:
+    import numpy as np  # here, not above: the registry of layouts is read to build the CLI
+
     ordered = sorted(samples, key=lambda s: s.id)
     order = np.random.default_rng(seed).permutation(len(ordered))
     return [ordered[i] for i in order]

@@ -1,8 +1,9 @@
 """Where a config's dataset lives, and which pairs of it each split holds.
 
 :func:`resolve_root` is the one resolver of ``DATA_CONFIG.data_dir`` (it generates the synthetic
-set when that is the dataset and it is absent); :func:`index_dataset` pairs the files of the
-layout found there and assigns them to train/val/test. Everything else takes their results.
+set when that is the dataset and it is absent); :func:`split_pairs` is the one assignment of
+pairs to train/val/test. :func:`index_dataset` (training) and :func:`select_samples`
+(evaluation) take their results; everything else takes theirs.
 """
 
 from __future__ import annotations
@@ -12,13 +13,9 @@ from pathlib import Path
 
 from skinet.config.data import DataConfig
 from skinet.config.experiment import ExperimentConfig
-from skinet.datasets.layouts import (
-    DEFAULT_DATA_DIRS,
-    DatasetIndex,
-    Sample,
-    assign_splits,
-    read_layout,
-)
+from skinet.datasets.layouts import SPLITS, DatasetIndex, Sample, assign_splits
+from skinet.datasets.registry import data_dir_of, read_layout
+from skinet.datasets.splits import apply_recorded_split, apply_split_file
 from skinet.datasets.synthetic import is_complete, make_synthetic_dataset
 from skinet.imaging.errors import DatasetError
 
@@ -68,7 +65,7 @@ def resolve_root(cfg: ExperimentConfig | DataConfig, *, generate: bool = True) -
     ``azure_blob_mount_point``, then ``local_data_root``, then the current directory.
     """
     data = data_config(cfg)
-    data_dir = data.data_dir or DEFAULT_DATA_DIRS[data.dataset]
+    data_dir = data_dir_of(data)
     if data.dataset != "synthetic":
         return resolve_data_root(data_dir, data.azure_blob_mount_point, data.local_data_root)
     candidates = candidate_roots(data_dir, data.azure_blob_mount_point, data.local_data_root)
@@ -91,19 +88,70 @@ def resolve_root(cfg: ExperimentConfig | DataConfig, *, generate: bool = True) -
     )
 
 
+def split_pairs(
+    index: DatasetIndex,
+    data: DataConfig,
+    split_file: str | Path | None = None,
+    recorded_split: Path | None = None,
+) -> dict[str, list[Sample]]:
+    """Train/val/test pairs of ``index``.
+
+    A run's own ``recorded_split`` (its ``splits.csv``) first, else ``split_file``, else the
+    layout's official splits, with the missing ones carved by ``DATA_CONFIG.split_random_seed``
+    and fractions.
+    """
+    if recorded_split is not None:
+        return apply_recorded_split(index, recorded_split)
+    if split_file is not None:
+        return apply_split_file(index, split_file)
+    return assign_splits(index, data.split_random_seed, data.val_fraction, data.test_fraction)
+
+
 def index_dataset(
     cfg: ExperimentConfig | DataConfig,
 ) -> tuple[DatasetIndex, dict[str, list[Sample]]]:
     """The layout's pairs and their train/val/test assignment (truncated by ``max_samples``)."""
     data = data_config(cfg)
-    root = resolve_root(data)
-    index = read_layout(root, data.dataset, data.mask_suffix)
-    if data.split_file is not None:
-        from skinet.datasets.splits import apply_split_file
-
-        splits = apply_split_file(index, data.split_file)
-    else:
-        splits = assign_splits(index, data.split_random_seed, data.val_fraction, data.test_fraction)
+    index = read_layout(resolve_root(data), data.dataset, data.mask_suffix)
+    splits = split_pairs(index, data, data.split_file)
     if data.max_samples_per_split is not None:
         splits = {name: pairs[: data.max_samples_per_split] for name, pairs in splits.items()}
     return index, splits
+
+
+def select_samples(
+    cfg: ExperimentConfig | DataConfig,
+    data_dir: str | Path | None = None,
+    dataset: str | None = None,
+    split: str = "test",
+    recorded_split: Path | None = None,
+) -> list[Sample]:
+    """The image/mask pairs of ``split`` (or ``all``), split as training split them.
+
+    Without ``data_dir``, the config's own folder is split by ``recorded_split`` (the training
+    run's own ``splits.csv``; a data folder that no longer holds exactly its images is refused
+    with the ids that differ, so ``test`` can never silently become another set of images), else
+    by ``DATA_CONFIG.split_file``. A ``data_dir`` (of layout ``dataset``) is split by its layout
+    alone: official splits, or carved with the config's ``split_random_seed`` and fractions.
+
+    Raises:
+        DatasetError: the split holds no pairs.
+    """
+    if split != "all" and split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)} or all, got {split!r}")
+    data = data_config(cfg)
+    own = data_dir is None
+    root = resolve_root(data, generate=False) if own else Path(data_dir)
+    index = read_layout(root, dataset or data.dataset, data.mask_suffix)
+    for problem in index.problems:
+        logger.warning("%s", problem)
+    if split == "all":
+        samples = [sample for pairs in index.splits.values() for sample in pairs]
+    else:
+        splits = split_pairs(
+            index, data, data.split_file if own else None, recorded_split if own else None
+        )
+        samples = splits.get(split, [])
+    if not samples:
+        raise DatasetError(f"no image/mask pairs in split {split!r} of {root}")
+    return samples

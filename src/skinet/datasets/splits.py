@@ -116,3 +116,29 @@ def write_split_file(splits: Mapping[str, Sequence[Sample] | Sequence[str]], pat
 def split_file_sha256(path: Path) -> str:
     """The SHA-256 of a split file's bytes (identifies a split in the model card)."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def apply_recorded_split(index: DatasetIndex, path: str | Path) -> dict[str, list[Sample]]:
+    """The samples of ``index`` as a training run's own ``splits.csv`` assigned them.
+
+    Unlike :func:`apply_split_file`, images the file does not list (added since, or left out by
+    ``max_samples_per_split``) are left out rather than refused.
+
+    Raises:
+        DatasetError: an image the file lists is gone from ``index`` (scoring the rest as the
+            run's split could mix in its training images).
+    """
+    assignment = read_split_file(path)
+    samples = {s.id: s for pairs in index.splits.values() for s in pairs}
+    missing = sorted(i for i in assignment if i not in samples)
+    if missing:
+        raise DatasetError(
+            f"the data under {index.root} no longer holds {len(missing)} image(s) of the split "
+            f"the training run recorded in {path} (e.g. {missing[:3]}): scoring a new split "
+            "would mix in the run's training images. Restore the data folder, or "
+            "give --data to score a folder as its own layout splits it"
+        )
+    splits: dict[str, list[Sample]] = {}
+    for sample_id in sorted(assignment):
+        splits.setdefault(assignment[sample_id], []).append(samples[sample_id])
+    return splits

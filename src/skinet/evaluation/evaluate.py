@@ -18,15 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from skinet.config.experiment import ExperimentConfig
-from skinet.datasets.layouts import Sample, assign_splits, read_layout
-from skinet.datasets.locate import resolve_root
-from skinet.datasets.splits import apply_split_file, read_split_file
+from skinet.datasets.layouts import Sample
+from skinet.datasets.locate import select_samples as select_samples  # scripts take pairs here
 from skinet.evaluation.figures import plot_jaccard_histogram as draw_jaccard_histogram
 from skinet.evaluation.figures import save_figure
 from skinet.evaluation.gallery import GALLERY_FILE, FailureGallery
 from skinet.imaging.decode import DecodeError, read_image, read_mask
-from skinet.imaging.errors import DatasetError
 from skinet.inference.predictor import Predictor
 from skinet.metrics.masks import (
     ISIC2018_JACCARD_CUTOFF,
@@ -92,67 +89,6 @@ class EvaluationResult:
     def exit_code(self) -> int:
         """0 when every image was scored, 1 otherwise."""
         return 1 if self.failures else 0
-
-
-def select_samples(
-    config: ExperimentConfig,
-    data_dir: Path | None = None,
-    dataset: str | None = None,
-    split: str = "test",
-    recorded_split: Path | None = None,
-) -> list[Sample]:
-    """The image/mask pairs of ``split`` (or ``all``), split as training split them.
-
-    ``recorded_split`` is the training run's own ``splits.csv``: when given (and ``data_dir``
-    is not), the split is read from it, and a data folder that no longer holds exactly its
-    images is refused with the ids that differ, so ``test`` can never silently become another
-    set of images. Otherwise ``DATA_CONFIG.split_file`` is read, and layouts without an official
-    split are carved with the checkpoint's ``split_random_seed`` and fractions.
-    """
-    if split not in SPLIT_CHOICES:
-        raise ValueError(f"split must be one of {SPLIT_CHOICES}, got {split!r}")
-    data = config.data
-    root = Path(data_dir) if data_dir is not None else resolve_root(config, generate=False)
-    index = read_layout(root, dataset or data.dataset, mask_suffix=data.mask_suffix)
-    for problem in index.problems:
-        log.warning("%s", problem)
-    if split == "all":
-        samples = [sample for pairs in index.splits.values() for sample in pairs]
-    else:
-        if recorded_split is not None and data_dir is None:  # what the run recorded
-            splits = _recorded_splits(index, recorded_split, split)
-        elif data.split_file is not None and data_dir is None:  # the training run's own split
-            splits = apply_split_file(index, data.split_file)
-        else:
-            splits = assign_splits(
-                index, data.split_random_seed, data.val_fraction, data.test_fraction
-            )
-        samples = splits.get(split, [])
-    if not samples:
-        raise DatasetError(f"no image/mask pairs in split {split!r} of {root}")
-    return samples
-
-
-def _recorded_splits(index: Any, recorded: Path, split: str) -> dict[str, list[Sample]]:
-    """The samples of a run's ``splits.csv``; refused when one of its images is gone.
-
-    Images the file does not list (added since, or left out by ``max_samples_per_split``) are
-    not scored.
-    """
-    assignment = read_split_file(recorded)
-    samples = {s.id: s for pairs in index.splits.values() for s in pairs}
-    missing = sorted(i for i in assignment if i not in samples)
-    if missing:
-        raise DatasetError(
-            f"the data under {index.root} no longer holds {len(missing)} image(s) of the split "
-            f"the training run recorded in {recorded} (e.g. {missing[:3]}): scoring a new split "
-            f"as {split!r} would mix in the run's training images. Restore the data folder, or "
-            "give --data to score a folder as its own layout splits it"
-        )
-    splits: dict[str, list[Sample]] = {}
-    for sample_id in sorted(assignment):
-        splits.setdefault(assignment[sample_id], []).append(samples[sample_id])
-    return splits
 
 
 def new_result(
