@@ -140,18 +140,18 @@ def select_samples(
     if split != "all" and split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)} or all, got {split!r}")
     data = data_config(cfg)
-    own = data_dir is None
-    root = resolve_root(data, generate=False) if own else Path(data_dir)
+    if data_dir is None:  # the config's own folder: split as its training run split it
+        root = resolve_root(data, generate=False)
+        split_file, recorded = data.split_file, recorded_split
+    else:  # another folder: split by its layout alone
+        root, split_file, recorded = Path(data_dir), None, None
     index = read_layout(root, dataset or data.dataset, data.mask_suffix)
     for problem in index.problems:
         logger.warning("%s", problem)
     if split == "all":
         samples = [sample for pairs in index.splits.values() for sample in pairs]
     else:
-        splits = split_pairs(
-            index, data, data.split_file if own else None, recorded_split if own else None
-        )
-        samples = splits.get(split, [])
+        samples = split_pairs(index, data, split_file, recorded).get(split, [])
     if not samples:
         raise DatasetError(f"no image/mask pairs in split {split!r} of {root}")
     return samples
