@@ -37,6 +37,7 @@ def lazy_exports(
     Raises:
         ValueError: ``public`` and ``exports`` disagree, or a name is mapped twice.
     """
+    module = sys.modules[package]  # the package being initialised
     home: dict[str, str] = {}
     for submodule, names in exports.items():
         for name in names:
@@ -49,14 +50,13 @@ def lazy_exports(
         )
 
     def __getattr__(name: str) -> object:
-        module = home.get(name)
-        if module is None:
+        if name not in home:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        setattr(sys.modules[package], name, value)  # later lookups skip __getattr__
+        value = getattr(importlib.import_module(home[name]), name)
+        setattr(module, name, value)  # later lookups skip __getattr__
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(vars(sys.modules[package])) | set(home))
+        return sorted(set(vars(module)) | set(home))
 
     return __getattr__, __dir__
