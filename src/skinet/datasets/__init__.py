@@ -13,6 +13,8 @@ __all__ = [
     "Sample",
     "DatasetIndex",
     "read_layout",
+    "DatasetLayout",
+    "LAYOUTS",
     "resolve_data_root",
     "index_dataset",
     "verify_dataset",
@@ -30,8 +32,9 @@ if TYPE_CHECKING:
     from skinet.datasets.cache import load_or_build_split
     from skinet.datasets.decoded import DecodedSplit, decode_split
     from skinet.datasets.download import DownloadError, download_dataset
-    from skinet.datasets.layouts import DatasetIndex, Sample, read_layout
+    from skinet.datasets.layouts import DatasetIndex, Sample
     from skinet.datasets.locate import index_dataset, resolve_data_root
+    from skinet.datasets.registry import LAYOUTS, DatasetLayout, read_layout
     from skinet.datasets.stats import ChannelStats, compute_channel_stats
     from skinet.datasets.synthetic import make_synthetic_dataset
     from skinet.datasets.verify import verify_dataset
@@ -40,7 +43,8 @@ else:
         __name__,
         __all__,
         {
-            "layouts": ("Sample", "DatasetIndex", "read_layout"),
+            "layouts": ("Sample", "DatasetIndex"),
+            "registry": ("read_layout", "DatasetLayout", "LAYOUTS"),
             "locate": ("resolve_data_root", "index_dataset"),
             "verify": ("verify_dataset",),
             "download": ("download_dataset", "DownloadError"),
