@@ -25,6 +25,7 @@ from skinet.datasets.splits import apply_split_file, read_split_file
 from skinet.evaluation.figures import plot_jaccard_histogram as draw_jaccard_histogram
 from skinet.evaluation.figures import save_figure
 from skinet.evaluation.gallery import GALLERY_FILE, FailureGallery
+from skinet.evaluation.options import SPLIT_CHOICES
 from skinet.imaging.decode import DecodeError, read_image, read_mask
 from skinet.imaging.errors import DatasetError
 from skinet.inference.predictor import Predictor
@@ -46,7 +47,6 @@ log = logging.getLogger(__name__)
 PER_IMAGE_FILE = "per_image.csv"
 SUMMARY_FILE = "summary.json"
 HISTOGRAM_FILE = "jaccard_histogram.png"
-SPLIT_CHOICES = ("test", "val", "train", "all")
 
 
 @dataclass
@@ -147,7 +147,7 @@ def _recorded_splits(index: Any, recorded: Path, split: str) -> dict[str, list[S
             f"the data under {index.root} no longer holds {len(missing)} image(s) of the split "
             f"the training run recorded in {recorded} (e.g. {missing[:3]}): scoring a new split "
             f"as {split!r} would mix in the run's training images. Restore the data folder, or "
-            "give --data to score a folder as its own layout splits it"
+            "give --data-dir to score a folder as its own layout splits it"
         )
     splits: dict[str, list[Sample]] = {}
     for sample_id in sorted(assignment):
