@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/bench_reduced_decode.py --checkpoint runs/<run>/checkpoints/best-*.ckpt
-    python benchmarks/bench_reduced_decode.py --checkpoint best.ckpt --data data/ISIC2017
+    python benchmarks/bench_reduced_decode.py --checkpoint best.ckpt --data-dir data/ISIC2017
 
 Builds the split twice through the training data path (``build_dataset`` with the checkpoint's
 ``DATA_CONFIG``, persistent cache off so both decode now), once with
@@ -35,7 +35,9 @@ from skinet.training.data.loaders import build_dataset
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, required=True, help="a .ckpt from training")
-    parser.add_argument("--data", type=Path, help="dataset folder (default: the checkpoint's)")
+    parser.add_argument(
+        "--data-dir", dest="data", type=Path, help="dataset folder (default: the checkpoint's)"
+    )
     parser.add_argument("--split", default="val", choices=("train", "val", "test"))
     parser.add_argument("--batch-size", type=int, default=16)
     return parser

@@ -291,7 +291,7 @@ def section_predict(args: argparse.Namespace, report: Report) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for i, image in enumerate(images):
         cv2.imwrite(str(folder / f"img_{i:03d}.png"), image)
-    argv = ["predict", "--checkpoint", str(checkpoint), "--input", str(folder)]
+    argv = ["predict", "--checkpoint", str(checkpoint), "--images", str(folder)]
     argv += ["--output", str(args.out / "predict_out"), "--device", args.device]
     skinet_main(argv)  # warm-up: model load, allocator
     started = time.perf_counter()

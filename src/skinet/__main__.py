@@ -1,7 +1,9 @@
 """The ``skinet`` command, ``python -m skinet`` and the ``main_run.py``-style wrappers.
 
 :func:`entry` restarts the process with the allocator settings of :mod:`skinet.runtime.allocator`
-before the command line (and torch) is imported.
+before the command line (and torch) is imported, unless the command line only asks for help,
+the version or a config (:func:`answers_at_once`): those run no training or inference step, and
+the restart would only double their start-up time.
 """
 
 from __future__ import annotations
@@ -11,13 +13,29 @@ from collections.abc import Sequence
 
 from skinet.runtime.allocator import reexec_with_malloc_env
 
+HELP_OPTIONS = ("-h", "--help", "--version")
+"""Options that make ``skinet`` print and exit before any command runs."""
+QUICK_COMMANDS = ("config",)
+"""Subcommands that read a config and print: no tensor is allocated."""
+
+
+def answers_at_once(argv: Sequence[str]) -> bool:
+    """Whether ``skinet <argv>`` only prints help, the version or a config (decided from the
+    words alone, before anything is imported)."""
+    if any(arg in HELP_OPTIONS for arg in argv):
+        return True
+    words = [arg for arg in argv if not arg.startswith("-")]
+    return bool(words) and words[0] in QUICK_COMMANDS
+
 
 def entry(subcommand: Sequence[str] = ()) -> int:
     """Run ``skinet [subcommand] <sys.argv[1:]>``; the exit status."""
-    reexec_with_malloc_env()
+    argv = [*subcommand, *sys.argv[1:]]
+    if not answers_at_once(argv):
+        reexec_with_malloc_env()
     from skinet.cli.main import main
 
-    return main([*subcommand, *sys.argv[1:]])
+    return main(argv)
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ def test_a_truncated_checkpoint_is_called_truncated(
     with pytest.raises(CheckpointError, match="is truncated or damaged") as error:
         load_checkpoint(truncated)
     assert "not a torch.save archive" not in str(error.value)
-    argv = ["predict", "--checkpoint", str(truncated), "--input", str(tmp_path / "image.png")]
+    argv = ["predict", "--checkpoint", str(truncated), "--images", str(tmp_path / "image.png")]
     assert run_cli([*argv, "--output", str(tmp_path / "out")]) == 1
 
 

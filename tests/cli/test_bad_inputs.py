@@ -139,7 +139,7 @@ def _resume_not_checkpoint(s: Setup) -> list[str]:
 def _predict_not_checkpoint(s: Setup) -> list[str]:
     path = _text_file(s.tmp / "best.ckpt")
     image = _train_images(s.data)[0]
-    return ["predict", "--checkpoint", str(path), "--input", str(image), "--output", "out"]
+    return ["predict", "--checkpoint", str(path), "--images", str(image), "--output", "out"]
 
 
 def _resume_foreign_checkpoint(s: Setup) -> list[str]:
@@ -155,7 +155,7 @@ def _evaluate_no_common_ids(s: Setup) -> list[str]:
     cv2.imwrite(str(predictions / "photo_1_mask.png"), mask)
     cv2.imwrite(str(truth / "ISIC_0000001_segmentation.png"), mask)
     output = s.tmp / "report"
-    return ["evaluate", "--predictions", str(predictions), "--ground-truth", str(truth),
+    return ["evaluate", "--predictions", str(predictions), "--masks", str(truth),
             "--output", str(output)]  # fmt: skip
 
 
@@ -172,7 +172,7 @@ def _seeds_duplicated(s: Setup) -> list[str]:
 
 
 def _batch_size_zero(s: Setup) -> list[str]:
-    return ["predict", "--checkpoint", "x.ckpt", "--input", ".", "--output", "o", "--batch-size",
+    return ["predict", "--checkpoint", "x.ckpt", "--images", ".", "--output", "o", "--batch-size",
             "0"]  # fmt: skip
 
 

@@ -27,7 +27,7 @@ def test_predict_folder_writes_masks_at_original_size(
         "predict",
         "--checkpoint",
         str(trained_checkpoint),
-        "--input",
+        "--images",
         str(_input_dir(tmp_path)),
     ]
     argv += ["--output", str(out), "--save-proba", "--save-overlay", "--batch-size", "2"]
@@ -47,7 +47,7 @@ def test_corrupt_file_is_reported_and_the_rest_written(
     folder = _input_dir(tmp_path)
     (folder / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 definitely not a jpeg")
     out = tmp_path / "out"
-    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--input", str(folder)]
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--images", str(folder)]
     code = run_cli([*argv, "--output", str(out), "--save-proba", "npy", "--device", "cpu"])
     assert code == 1
     assert sorted(p.name for p in out.glob("*_mask.png")) == [
@@ -63,9 +63,9 @@ def test_single_file_and_missing_input(trained_checkpoint: Path, tmp_path: Path)
     write_rgb(image, 40, 30)
     out = tmp_path / "out"
     base = ["predict", "--checkpoint", str(trained_checkpoint), "--output", str(out)]
-    assert run_cli([*base, "--input", str(image), "--threshold", "0.3"]) == 0
+    assert run_cli([*base, "--images", str(image), "--threshold", "0.3"]) == 0
     assert cv2.imread(str(out / "one_mask.png"), cv2.IMREAD_UNCHANGED).shape == (40, 30)
-    assert run_cli([*base, "--input", str(tmp_path / "nothing")]) == 2
+    assert run_cli([*base, "--images", str(tmp_path / "nothing")]) == 2
 
 
 def test_malicious_checkpoint_fails_the_command(tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_malicious_checkpoint_fails_the_command(tmp_path: Path) -> None:
     torch.save({"skinet": _Exploit(marker)}, path)
     image = tmp_path / "x.png"
     write_rgb(image, 32, 32)
-    argv = ["predict", "--checkpoint", str(path), "--input", str(image), "--output", str(tmp_path)]
+    argv = ["predict", "--checkpoint", str(path), "--images", str(image), "--output", str(tmp_path)]
     assert run_cli(argv) == 1
     assert not marker.exists()
 
@@ -90,7 +90,7 @@ def test_inputs_that_would_write_one_mask_are_refused_before_anything_is_written
     write_rgb(folder / "a.png", 40, 40, seed=1)
     write_rgb(folder / "b.png", 40, 40, seed=2)
     out = tmp_path / "out"
-    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--input", str(folder)]
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--images", str(folder)]
     assert run_cli([*argv, "--output", str(out)]) == 2
     assert f"{folder / 'a.jpg'} and {folder / 'a.png'} would both write a_mask.png" in caplog.text
     assert not out.exists()
@@ -102,7 +102,7 @@ def test_a_file_that_is_not_an_image_is_refused_without_an_output_folder(
     notes = tmp_path / "notes.txt"
     notes.write_text("not an image")
     out = tmp_path / "out"
-    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--input", str(notes)]
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--images", str(notes)]
     assert run_cli([*argv, "--output", str(out)]) == 2
     assert f"{notes} is not an image" in caplog.text
     assert not out.exists()

@@ -182,7 +182,7 @@ def test_a_calibrated_threshold_is_used_by_predict_evaluate_and_export(
     predicted = tmp_path / "predicted"
     assert (
         run_cli(
-            ["predict", "--checkpoint", str(calibrated), "--input", str(images)]
+            ["predict", "--checkpoint", str(calibrated), "--images", str(images)]
             + ["--output", str(predicted), "--save-proba", "npy"]
         )
         == 0

@@ -87,7 +87,7 @@ def test_evaluate_folders_cli(tmp_path: Path) -> None:
         write_mask(preds / f"{name}_mask.png", pred)
         write_mask(gts / f"{name}_segmentation.png", gt)
     (preds / "half_proba.png").write_bytes(b"ignored: not a mask")
-    argv = ["evaluate", "--predictions", str(preds), "--ground-truth", str(gts)]
+    argv = ["evaluate", "--predictions", str(preds), "--masks", str(gts)]
     assert run_cli([*argv, "--output", str(out)]) == 0
     with (out / "per_image.csv").open() as handle:
         rows = {row["id"]: row for row in csv.DictReader(handle)}
@@ -121,7 +121,7 @@ def test_evaluate_reports_surface_distances_and_a_gallery(tmp_path: Path) -> Non
     for name, (pred, gt) in cases.items():
         write_mask(preds / f"{name}_mask.png", pred)
         write_mask(gts / f"{name}_segmentation.png", gt)
-    argv = ["evaluate", "--predictions", str(preds), "--ground-truth", str(gts)]
+    argv = ["evaluate", "--predictions", str(preds), "--masks", str(gts)]
     argv += ["--output", str(out), "--pixel-spacing-mm", "0.5", "--gallery", "2"]
     assert run_cli(argv) == 0
 
@@ -149,7 +149,7 @@ def test_evaluate_without_spacing_has_pixel_columns_only(tmp_path: Path) -> None
     preds.mkdir(), gts.mkdir()
     write_mask(preds / "a.png", _square(3))
     write_mask(gts / "a.png", _square())
-    argv = ["evaluate", "--predictions", str(preds), "--ground-truth", str(gts)]
+    argv = ["evaluate", "--predictions", str(preds), "--masks", str(gts)]
     assert run_cli([*argv, "--output", str(out), "--gallery", "0"]) == 0
     with (out / "per_image.csv").open() as handle:
         (row,) = csv.DictReader(handle)
@@ -170,7 +170,7 @@ def test_evaluate_without_spacing_has_pixel_columns_only(tmp_path: Path) -> None
 def test_bad_evaluate_options_are_usage_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str], message: str
 ) -> None:
-    argv = ["evaluate", "--predictions", str(tmp_path), "--ground-truth", str(tmp_path)]
+    argv = ["evaluate", "--predictions", str(tmp_path), "--masks", str(tmp_path)]
     with pytest.raises(SystemExit) as exit_info:
         run_cli([*argv, "--output", str(tmp_path / "r"), *option])
     assert exit_info.value.code == 2
@@ -186,7 +186,7 @@ def test_missing_and_mismatched_predictions_fail(tmp_path: Path) -> None:
     result = evaluate_mask_folders(preds, gts)
     assert set(result.failures) == {"a", "b"} and "does not match" in result.failures["a"]
     assert result.exit_code == 1
-    argv = ["evaluate", "--predictions", str(preds), "--ground-truth", str(gts)]
+    argv = ["evaluate", "--predictions", str(preds), "--masks", str(gts)]
     assert run_cli([*argv, "--output", str(tmp_path / "r")]) == 1
     assert run_cli(["evaluate", "--predictions", str(preds), "--output", str(tmp_path)]) == 2
 
@@ -195,7 +195,7 @@ def test_evaluate_checkpoint_on_a_split(
     trained_checkpoint: Path, synthetic_root: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "report"
-    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--data", str(synthetic_root)]
+    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--data-dir", str(synthetic_root)]
     argv += ["--dataset", "isic2017", "--split", "test", "--output", str(out), "--tta"]
     assert run_cli([*argv, "--device", "cpu", "--keep-largest"]) == 0
     summary = json.loads((out / "summary.json").read_text())

@@ -28,7 +28,13 @@ def split_report(
 ) -> Path:
     """The full report of the trained checkpoint on the synthetic validation split."""
     out = tmp_path_factory.mktemp("robustness") / "report"
-    argv = ["robustness", "--checkpoint", str(trained_checkpoint), "--data", str(synthetic_root)]
+    argv = [
+        "robustness",
+        "--checkpoint",
+        str(trained_checkpoint),
+        "--data-dir",
+        str(synthetic_root),
+    ]
     argv += ["--split", "val", "--output", str(out), "--device", "cpu", "--batch-size", "5"]
     assert run_cli(argv) == 0
     return out
@@ -46,7 +52,7 @@ def test_report_files_and_numbers_agree(
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
     # The clean row is what `skinet evaluate` reports on the same images.
-    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--data", str(synthetic_root)]
+    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--data-dir", str(synthetic_root)]
     assert run_cli([*argv, "--split", "val", "--output", str(tmp_path), "--device", "cpu"]) == 0
     evaluated = json.loads((tmp_path / "summary.json").read_text())["mean_jaccard"]
     clean = float(rows["clean"]["mean_jaccard"])
@@ -113,7 +119,7 @@ def test_a_bad_image_is_reported_and_the_others_scored(
     "extra",
     [
         ["--images", "somewhere"],
-        ["--images", "a", "--masks", "b", "--data", "c"],
+        ["--images", "a", "--masks", "b", "--data-dir", "c"],
         ["--shifts", "blur,bogus"],
     ],
     ids=["images-without-masks", "images-and-data", "unknown-shift"],
@@ -141,12 +147,12 @@ def test_report_on_the_real_isic2017_validation_split(
     trained_checkpoint: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "real"
-    argv = ["robustness", "--checkpoint", str(trained_checkpoint), "--data", str(REAL_ROOT)]
+    argv = ["robustness", "--checkpoint", str(trained_checkpoint), "--data-dir", str(REAL_ROOT)]
     argv += ["--dataset", "isic2017", "--split", "val", "--output", str(out), "--device", "cpu"]
     assert run_cli(argv) == 0
     summary = json.loads((out / "robustness.json").read_text())
     assert summary["num_images"] == 121 and summary["num_failed"] == 0
-    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--data", str(REAL_ROOT)]
+    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--data-dir", str(REAL_ROOT)]
     argv += ["--dataset", "isic2017", "--split", "val", "--output", str(tmp_path / "evaluate")]
     assert run_cli([*argv, "--device", "cpu"]) == 0
     evaluated = json.loads((tmp_path / "evaluate" / "summary.json").read_text())

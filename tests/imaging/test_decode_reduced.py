@@ -20,7 +20,7 @@ def test_scores_full_and_reduced_decode_of_the_same_split(
     spec.loader.exec_module(module)
 
     # 64 px JPEGs at a 32 px input: the 2x reduced decode applies
-    argv = ["--checkpoint", str(trained_checkpoint), "--data", str(synthetic_root)]
+    argv = ["--checkpoint", str(trained_checkpoint), "--data-dir", str(synthetic_root)]
     assert module.main(argv) == 0
     out = capsys.readouterr().out
     assert "val: 4 images at 32 px" in out, out

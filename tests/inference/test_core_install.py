@@ -85,7 +85,7 @@ def test_predict_evaluate_export_import_no_training_library(
     commands = {
         "predict": [
             "predict",
-            *("--checkpoint", checkpoint, "--input", str(_image_folder(tmp_path))),
+            *("--checkpoint", checkpoint, "--images", str(_image_folder(tmp_path))),
             *("--output", str(tmp_path / "masks"), "--device", "cpu"),
         ],
         "evaluate": [
@@ -153,7 +153,7 @@ def test_core_install_in_a_fresh_venv_predicts(trained_checkpoint: Path, tmp_pat
     out = tmp_path / "masks"
     skinet = env_dir / "bin" / "skinet"
     argv = ["predict", "--checkpoint", str(trained_checkpoint), "--device", "cpu"]
-    argv += ["--input", str(_image_folder(tmp_path)), "--output", str(out)]
+    argv += ["--images", str(_image_folder(tmp_path)), "--output", str(out)]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["COLUMNS"] = "200"
     result = subprocess.run(
@@ -193,7 +193,7 @@ def test_a_checkpoint_trained_on_the_device_path_predicts_on_the_core_install(
     assert result.best_checkpoint is not None
     predict = [
         "predict",
-        *("--checkpoint", str(result.best_checkpoint), "--input", str(_image_folder(tmp_path))),
+        *("--checkpoint", str(result.best_checkpoint), "--images", str(_image_folder(tmp_path))),
         *("--output", str(tmp_path / "masks"), "--device", "cpu"),
     ]
     outcome, output = _run_blocked([predict], tmp_path)

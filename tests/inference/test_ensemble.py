@@ -117,7 +117,7 @@ def test_predict_cli_takes_a_cv_folder_as_an_ensemble(
         (cv_dir / "results" / f"fold_{fold}.json").write_text(json.dumps(record))
     (tmp_path / "images").mkdir()
     write_rgb(tmp_path / "images" / "a.png", 40, 52)
-    common = ["--input", str(tmp_path / "images"), "--device", "cpu", "--save-proba", "npy"]
+    common = ["--images", str(tmp_path / "images"), "--device", "cpu", "--save-proba", "npy"]
     assert run_cli(["predict", "--checkpoint", str(cv_dir), *common, "--output", "f"]) == 0
     listed = [str(trained_checkpoint), str(second_checkpoint)]
     assert run_cli(["predict", "--checkpoint", *listed, *common, "--output", "l"]) == 0
@@ -136,7 +136,7 @@ def test_incompatible_ensemble_through_the_cli_is_a_usage_error(
     other = rewrite_checkpoint(trained_checkpoint, tmp_path / "other.ckpt", config=config)
     image = tmp_path / "a.png"
     write_rgb(image, 32, 32)
-    argv = ["predict", "--checkpoint", str(trained_checkpoint), str(other), "--input", str(image)]
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), str(other), "--images", str(image)]
     assert run_cli([*argv, "--output", str(tmp_path / "one")]) == 2
     assert not (tmp_path / "one").exists()
     assert run_cli([*argv[:3], *argv[4:], "--output", str(tmp_path / "two")]) == 0
@@ -165,7 +165,7 @@ def test_predict_logs_whether_the_threshold_was_swept_or_fixed(
     )
     (tmp_path / "in").mkdir()
     write_rgb(tmp_path / "in" / "a.png", 40, 48)
-    argv = ["predict", "--checkpoint", str(path), "--input", str(tmp_path / "in")]
+    argv = ["predict", "--checkpoint", str(path), "--images", str(tmp_path / "in")]
     argv += ["--output", str(tmp_path / "out"), "--device", "cpu"]
     if given is not None:
         argv += ["--threshold", str(given)]

@@ -52,7 +52,7 @@ def test_cli_takes_device_mps(
     _simulate(monkeypatch, cuda=False, mps=False)
     image = tmp_path / "in.png"
     write_rgb(image, 40, 40)
-    source = ["--input", str(image)] if command == "predict" else []
+    source = ["--images", str(image)] if command == "predict" else []
     argv = [command, "--checkpoint", str(trained_checkpoint), *source]
     code = run_cli([*argv, "--output", str(tmp_path / "out"), "--device", "mps"])
     assert code == 1  # parsed, then refused on this machine, with the reason

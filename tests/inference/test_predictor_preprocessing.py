@@ -174,12 +174,14 @@ def test_predict_and_evaluate_cli_use_the_checkpoints_preprocessing(
 
     out = tmp_path / "masks"
     argv = ["predict", "--checkpoint", str(corrected_checkpoint), "--device", "cpu"]
-    assert run_cli([*argv, "--input", str(data / "images" / "wide.png"), "--output", str(out)]) == 0
+    assert (
+        run_cli([*argv, "--images", str(data / "images" / "wide.png"), "--output", str(out)]) == 0
+    )
     written = cv2.imread(str(out / "wide_mask.png"), cv2.IMREAD_GRAYSCALE) > 0
     assert np.array_equal(written, predictor.predict(images["wide"]) > 0)
 
     report = tmp_path / "report"
-    argv = ["evaluate", "--checkpoint", str(corrected_checkpoint), "--data", str(data)]
+    argv = ["evaluate", "--checkpoint", str(corrected_checkpoint), "--data-dir", str(data)]
     argv += ["--dataset", "folder", "--split", "all", "--output", str(report), "--device", "cpu"]
     assert run_cli(argv) == 0
     rows = {r["id"]: r for r in csv.DictReader((report / "per_image.csv").open())}
@@ -198,7 +200,7 @@ def test_skinet_predict_crops_a_framed_image_and_writes_its_mask_at_full_size(
     path = tmp_path / "framed.png"
     assert cv2.imwrite(str(path), cv2.cvtColor(framed, cv2.COLOR_RGB2BGR))
     argv = ["predict", "--checkpoint", str(corrected_checkpoint), "--device", "cpu"]
-    assert run_cli([*argv, "--input", str(path), "--output", str(tmp_path / "out")]) == 0
+    assert run_cli([*argv, "--images", str(path), "--output", str(tmp_path / "out")]) == 0
     written = cv2.imread(str(tmp_path / "out" / "framed_mask.png"), cv2.IMREAD_GRAYSCALE) > 0
     predictor = Predictor.from_checkpoint(corrected_checkpoint, device="cpu")
     assert written.shape == framed.shape[:2]

@@ -2,7 +2,8 @@
 and ``--set``, and the usage error.
 
 This module sits below every CLI module (``skinet.cli.main``, ``skinet.*.cli``), which import it and
-never each other; it imports only the config schema.
+never each other; it imports only the dataset names of the config schema, so that building the
+parser (``skinet --help``) stays quick.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import yaml
-
-from skinet.augment.checks import check_config
 from skinet.config.errors import ConfigError
-from skinet.config.experiment import ExperimentConfig, load_config
 from skinet.datasets.registry import LAYOUTS
+
+if TYPE_CHECKING:
+    from skinet.config.experiment import ExperimentConfig
 
 N = TypeVar("N", int, float)
 
@@ -96,6 +96,8 @@ def external_set(text: str) -> ExternalSet:
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     """``["TRAIN_CONFIG.max_epochs=3"]`` -> ``{"TRAIN_CONFIG.max_epochs": 3}`` (values as YAML)."""
+    import yaml
+
     overrides: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -112,6 +114,19 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return overrides
 
 
+def add_option(
+    parser: argparse.ArgumentParser, *names: str, hidden: Sequence[str] = (), **kwargs: Any
+) -> argparse.Action:
+    """``parser.add_argument(*names, **kwargs)`` that also accepts the old spellings ``hidden``.
+
+    An old spelling parses as the option itself (same ``dest``, same checks, ``required`` met by
+    either), but ``--help``, the usage line and error messages show only ``names``.
+    """
+    action = parser.add_argument(*names, *hidden, **kwargs)
+    action.option_strings = [name for name in action.option_strings if name not in hidden]
+    return action
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """``--config`` and repeated ``--set KEY=VALUE`` overrides."""
     parser.add_argument("--config", required=True, type=Path, help="YAML experiment config")
@@ -125,4 +140,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     """The config file of ``--config`` with every ``--set`` applied, its augmentations checked."""
+    from skinet.augment.checks import check_config
+    from skinet.config.experiment import load_config
+
     return check_config(load_config(args.config, parse_overrides(args.set or [])), str(args.config))

@@ -12,6 +12,7 @@ from typing import Any
 from skinet.cli.arguments import DATASET_NAMES, external_set, positive_int, probability
 from skinet.cli.inference import add_model_options, build_predictor
 from skinet.config.errors import UsageError
+from skinet.evaluation.options import SPLIT_CHOICES
 
 log = logging.getLogger("skinet")
 
@@ -134,8 +135,6 @@ def _score(path: Path, predictor: Any, set_name: str, samples: Any) -> dict[str,
 
 def add_compare_subcommand(subparsers: Any) -> None:
     """Register ``compare`` (``func``: its handler)."""
-    from skinet.evaluation.evaluate import SPLIT_CHOICES
-
     compare = subparsers.add_parser(
         "compare",
         help="is B better than A? per-image Jaccard differences with paired bootstrap intervals",

@@ -5,29 +5,31 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import yaml
-
-from skinet.augment.checks import transforms_checkable
-from skinet.cli.arguments import add_config_arguments, load_config_from_args
-from skinet.config.experiment import ExperimentConfig
-from skinet.runtime.devices import config_with_resolved
-
-
-def _load(args: argparse.Namespace) -> ExperimentConfig:
-    return load_config_from_args(args)
+from skinet.cli.arguments import add_config_arguments, load_config_from_args, parse_overrides
 
 
 def run_config_show(args: argparse.Namespace) -> int:
     """Print the config with every default and derived value as YAML, then under ``RESOLVED``
-    what its automatic values resolve to on this machine."""
-    cfg = _load(args)
+    what its automatic values resolve to on this machine.
+
+    The schema is validated, but the augmentations are not built (albumentations imports torch
+    and OpenCV, seconds of start-up): ``config check`` and every training command build them.
+    """
+    import yaml
+
+    from skinet.config.experiment import load_config
+    from skinet.runtime.devices import config_with_resolved
+
+    cfg = load_config(args.config, parse_overrides(args.set or []))
     print(yaml.safe_dump(config_with_resolved(cfg), sort_keys=False), end="")
     return 0
 
 
 def run_config_check(args: argparse.Namespace) -> int:
     """Validate the config; 0 when valid (an invalid one raises ConfigError: exit 2)."""
-    _load(args)
+    from skinet.augment.checks import transforms_checkable
+
+    load_config_from_args(args)
     overrides = f" with {len(args.set)} override(s)" if args.set else ""
     print(f"OK {args.config}{overrides} is a valid SkiNet config")
     if not transforms_checkable():

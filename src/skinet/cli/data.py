@@ -11,14 +11,15 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-
-from skinet.cli.arguments import DATASET_NAMES
+from skinet.cli.arguments import DATASET_NAMES, add_option
 from skinet.config.errors import UsageError
 from skinet.datasets.registry import DOWNLOADABLE
 from skinet.imaging.errors import DatasetError, Problem
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def add_data_subcommands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -46,8 +47,12 @@ def add_data_subcommands(subparsers: argparse._SubParsersAction) -> argparse.Arg
 
     download = commands.add_parser("download", help="download the official ISIC archives")
     download.add_argument("dataset", choices=DOWNLOADABLE)
-    download.add_argument(
-        "--dest",
+    add_option(
+        download,
+        "--data-dir",
+        hidden=("--dest",),
+        dest="dest",
+        metavar="DATA_DIR",
         default=None,
         help="target folder (default: data/ISIC2017 or data/ISIC2018, where "
         "configs/main_config.yaml looks)",
@@ -113,6 +118,8 @@ def _data_config(args: argparse.Namespace):  # -> DataConfig
 
 def run_verify(args: argparse.Namespace, console: Console | None = None) -> int:
     """Print every problem of the dataset; 0 when it is clean, 1 otherwise."""
+    from rich.console import Console
+
     from skinet.datasets.locate import index_dataset
     from skinet.datasets.verify import verify_dataset
 
@@ -135,6 +142,7 @@ def run_verify(args: argparse.Namespace, console: Console | None = None) -> int:
 
 
 def _print_problems(console: Console, problems: list[Problem]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"{len(problems)} problem(s)", title_style="bold red")
@@ -148,6 +156,8 @@ def _print_problems(console: Console, problems: list[Problem]) -> None:
 
 def run_stats(args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the mean/std of the chosen split's images as a ``DATA_CONFIG`` YAML block."""
+    from rich.console import Console
+
     from skinet.datasets.locate import index_dataset
     from skinet.datasets.stats import compute_channel_stats
     from skinet.imaging.preprocess import build_preprocessing
@@ -164,6 +174,9 @@ def run_stats(args: argparse.Namespace, console: Console | None = None) -> int:
 
 def run_download(args: argparse.Namespace, console: Console | None = None) -> int:
     """Download, check and unpack the official archives of an ISIC dataset."""
+    from rich.console import Console
+    from rich.markup import escape
+
     from skinet.datasets.download import ISIC_BASE_URL, DownloadError, download_dataset
     from skinet.datasets.registry import LAYOUTS
 
@@ -186,6 +199,8 @@ def run_download(args: argparse.Namespace, console: Console | None = None) -> in
 def run_cache(args: argparse.Namespace, console: Console | None = None) -> int:
     """``--list`` the cached splits as a table, or ``--clear`` them (``--older-than DAYS``)."""
     from datetime import datetime
+
+    from rich.console import Console
 
     from skinet.datasets.cache import clear_cache, default_cache_dir, list_cache
 
@@ -223,6 +238,9 @@ def run_cache(args: argparse.Namespace, console: Console | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m skinet.cli.data``."""
+    from rich.console import Console
+    from rich.markup import escape
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     parser = argparse.ArgumentParser(prog="skinet")
     subparsers = parser.add_subparsers(dest="command", required=True)

@@ -1,13 +1,12 @@
-"""``skinet sweep``, ``skinet seeds`` and ``skinet ablation``: argument parsing only."""
+"""``skinet sweep``, ``seeds``, ``ablation`` and ``cv``: argument parsing only."""
 
 from __future__ import annotations
 
 import argparse
 import os
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
-from skinet.augment.checks import check_config
 from skinet.cli.arguments import (
     add_config_arguments,
     load_config_from_args,
@@ -15,7 +14,9 @@ from skinet.cli.arguments import (
     positive_int,
 )
 from skinet.cli.extras import SWEEP_MODULES, TRAINING_MODULES, requires
-from skinet.config.experiment import ExperimentConfig, load_config
+
+if TYPE_CHECKING:
+    from skinet.config.experiment import ExperimentConfig
 
 MONITOR_ENV, DIRECTION_ENV = "SWEEP_MONITOR", "SWEEP_DIRECTION"
 
@@ -57,6 +58,9 @@ def _load(args: argparse.Namespace) -> ExperimentConfig:
 
 def load_sweep_config(args: argparse.Namespace) -> ExperimentConfig:
     """The config of ``skinet sweep``: ``--set`` overrides, then the objective's precedence."""
+    from skinet.augment.checks import check_config
+    from skinet.config.experiment import load_config
+
     overrides = parse_overrides(args.set or [])
     overrides.update(objective_overrides(args.monitor, args.direction, None, overrides))
     return check_config(load_config(args.config, overrides), str(args.config))
@@ -133,8 +137,8 @@ def run_cv_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_sweep_subcommands(subparsers: Any) -> None:
-    """Register ``sweep``, ``seeds`` and ``ablation``; each sets ``func`` to its handler."""
+def add_experiment_subcommands(subparsers: Any) -> None:
+    """Register ``sweep``, ``seeds``, ``ablation`` and ``cv``; each sets ``func`` to its handler."""
     sweep = subparsers.add_parser(
         "sweep",
         help="Optuna grid search over SWEEP_CONFIG (resumable; several workers may share it)",

@@ -8,8 +8,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from skinet.cli.arguments import positive_int, probability
+from skinet.cli.arguments import add_option, positive_int, probability
 from skinet.config.errors import UsageError
+from skinet.inference.options import DEFAULT_OPSET, DEFAULT_TOLERANCE, EXPORT_FORMATS
 
 log = logging.getLogger("skinet")
 
@@ -146,8 +147,20 @@ def add_predict_subcommand(subparsers: Any) -> None:
 
     predict = subparsers.add_parser("predict", help="segment images with a trained checkpoint")
     predict.add_argument("--checkpoint", required=True, **CHECKPOINTS)
-    predict.add_argument("--input", required=True, type=Path, help="an image file or folder")
-    predict.add_argument("--output", required=True, type=Path, help="folder for <stem>_mask.png")
+    add_option(
+        predict,
+        "-i",
+        "--images",
+        hidden=("--input",),
+        dest="input",
+        metavar="IMAGES",
+        required=True,
+        type=Path,
+        help="an image file or folder",
+    )
+    predict.add_argument(
+        "-o", "--output", required=True, type=Path, help="folder for <stem>_mask.png"
+    )
     add_model_options(predict)
     predict.add_argument(
         "--save-proba",
@@ -170,14 +183,12 @@ def add_predict_subcommand(subparsers: Any) -> None:
 
 def add_export_subcommand(subparsers: Any) -> None:
     """Register ``export`` (``func``: its handler)."""
-    from skinet.inference.export import DEFAULT_OPSET, DEFAULT_TOLERANCE
-
     export = subparsers.add_parser(
         "export", help="export the model (with sigmoid) to ONNX or TorchScript"
     )
     export.add_argument("--checkpoint", required=True, **CHECKPOINTS)
-    export.add_argument("--format", required=True, choices=("onnx", "torchscript"))
-    export.add_argument("--output", required=True, type=Path, help="the exported file")
+    export.add_argument("--format", required=True, choices=EXPORT_FORMATS)
+    export.add_argument("-o", "--output", required=True, type=Path, help="the exported file")
     export.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset version")
     export.add_argument(
         "--tolerance",

@@ -16,8 +16,8 @@ from skinet.cli.arguments import Handler
 from skinet.cli.compare import add_compare_subcommand
 from skinet.cli.config import add_config_subcommands
 from skinet.cli.data import add_data_subcommands
-from skinet.cli.evaluation import add_evaluate_subcommand
-from skinet.cli.experiments import add_sweep_subcommands
+from skinet.cli.evaluation_options import add_evaluate_subcommand
+from skinet.cli.experiments import add_experiment_subcommands
 from skinet.cli.extras import (
     MissingExtraError,
     as_missing_extra,
@@ -37,7 +37,7 @@ log = logging.getLogger("skinet")
 SUBCOMMAND_GROUPS: tuple[Callable[[Any], Any], ...] = (
     add_training_subcommands,
     add_data_subcommands,
-    add_sweep_subcommands,
+    add_experiment_subcommands,
     add_predict_subcommand,
     add_evaluate_subcommand,
     add_compare_subcommand,

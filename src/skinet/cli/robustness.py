@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from skinet.cli import inference as model_options
-from skinet.cli.arguments import DATASET_NAMES
+from skinet.cli.arguments import DATASET_NAMES, add_option
 from skinet.cli.evaluation import recorded_split, refuse_leak
+from skinet.evaluation.options import SPLIT_CHOICES
 
 log = logging.getLogger("skinet")
 
@@ -29,7 +30,7 @@ def run_robustness(args: argparse.Namespace) -> int:
         log.error("--images and --masks go together")
         return 2
     if args.images is not None and (args.data is not None or args.dataset is not None):
-        log.error("use --images with --masks, or --data/--dataset/--split (not both)")
+        log.error("use --images with --masks, or --data-dir/--dataset/--split (not both)")
         return 2
     try:
         shifts = select_shifts(args.shifts)
@@ -66,24 +67,30 @@ def run_robustness(args: argparse.Namespace) -> int:
 
 def add_robustness_subcommand(subparsers: Any) -> None:
     """Register ``robustness`` (``func``: its handler)."""
-    from skinet.evaluation.evaluate import SPLIT_CHOICES
-
     robustness = subparsers.add_parser(
         "robustness", help="mean per-image Jaccard of a checkpoint under device-like shifts"
     )
     robustness.add_argument("--checkpoint", required=True, **model_options.CHECKPOINTS)
-    robustness.add_argument(
-        "--data", type=Path, help="dataset folder (default: the checkpoint's DATA_CONFIG)"
+    add_option(
+        robustness,
+        "--data-dir",
+        hidden=("--data",),
+        dest="data",
+        metavar="DATA_DIR",
+        type=Path,
+        help="dataset folder (default: the checkpoint's DATA_CONFIG)",
     )
     robustness.add_argument(
         "--dataset",
         choices=DATASET_NAMES,
-        help="layout of --data (default: the checkpoint's DATA_CONFIG.dataset)",
+        help="layout of --data-dir (default: the checkpoint's DATA_CONFIG.dataset)",
     )
     robustness.add_argument(
         "--split", default="test", choices=SPLIT_CHOICES, help="split to score (default test)"
     )
-    robustness.add_argument("--images", type=Path, help="folder of images (instead of a split)")
+    robustness.add_argument(
+        "-i", "--images", type=Path, help="folder of images (instead of a split)"
+    )
     robustness.add_argument(
         "--masks", type=Path, help="folder of their masks, paired by image ID as evaluate pairs"
     )
@@ -93,7 +100,9 @@ def add_robustness_subcommand(subparsers: Any) -> None:
     robustness.add_argument(
         "--seed", type=int, default=0, help="seed of the random parts of the shifts"
     )
-    robustness.add_argument("--output", required=True, type=Path, help="folder for the reports")
+    robustness.add_argument(
+        "-o", "--output", required=True, type=Path, help="folder for the reports"
+    )
     model_options.add_model_options(robustness)
     model_options.add_leak_option(robustness)
     robustness.set_defaults(func=run_robustness)

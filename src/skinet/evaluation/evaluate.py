@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 PER_IMAGE_FILE = "per_image.csv"
 SUMMARY_FILE = "summary.json"
 HISTOGRAM_FILE = "jaccard_histogram.png"
-SPLIT_CHOICES = ("test", "val", "train", "all")
 
 
 @dataclass

@@ -10,12 +10,11 @@ import cv2
 import numpy as np
 
 from skinet.evaluation.figures import plot_overlay_grid, save_figure
+from skinet.evaluation.options import GALLERY_ORDERS
 from skinet.metrics.masks import MaskMetrics
 from skinet.metrics.surface import SurfaceMetrics
 
 GALLERY_FILE = "failure_gallery.png"
-GALLERY_ORDERS = ("jaccard", "area_ratio")
-"""``jaccard``: lowest first; ``area_ratio``: predicted area farthest from the true area first."""
 THUMBNAIL_SIDE = 320
 """Longest side of a gallery tile in pixels; larger images are shrunk to it while scoring."""
 

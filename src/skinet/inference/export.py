@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from contextlib import redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -40,13 +40,11 @@ from skinet.checkpoints.model_card import (
 )
 from skinet.checkpoints.read import SkinetCheckpoint, build_model, load_checkpoint
 from skinet.imaging.preprocess import build_preprocessing
+from skinet.inference.options import DEFAULT_OPSET, DEFAULT_TOLERANCE, EXPORT_FORMATS, ExportFormat
 from skinet.models.unet2d import UNet2D
 
 log = logging.getLogger(__name__)
 
-ExportFormat = Literal["onnx", "torchscript"]
-DEFAULT_TOLERANCE = 1e-4
-DEFAULT_OPSET = 18
 INPUT_NAME, OUTPUT_NAME = "images", "probs"
 
 
@@ -248,7 +246,7 @@ def export_checkpoint(
         ExportError: A package is missing, or the parity check exceeded ``tolerance`` (the
             exported file and sidecar are kept for inspection).
     """
-    if fmt not in ("onnx", "torchscript"):
+    if fmt not in EXPORT_FORMATS:
         raise ExportError(f"format must be 'onnx' or 'torchscript', got {fmt!r}")
     if tolerance < 0:
         raise ExportError(f"tolerance must be >= 0, got {tolerance}")
