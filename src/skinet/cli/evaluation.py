@@ -227,8 +227,10 @@ def _tune_threshold(
     tuned = tune_threshold(predictor, samples, args.threshold_selection, reference)
     predictor.threshold = tuned.threshold
     kept = " (the model's own: no clear gain)" if tuned.kept_reference else ""
+    left_out = f"; {len(tuned.failures)} left out, see above" if tuned.failures else ""
     print(
-        f"tuned threshold on {where} ({tuned.num_images} images): {tuned.threshold:.2f}{kept} "
+        f"tuned threshold on {where} ({tuned.num_images} images{left_out}): "
+        f"{tuned.threshold:.2f}{kept} "
         f"({tuned.selection}; pooled Dice {tuned.dice:.4f}, mean per-image Jaccard "
         f"{tuned.mean_jaccard:.4f})"
     )

@@ -203,23 +203,35 @@ def evaluate_predictor(
         task = bar.add_task("evaluating", total=len(samples))
         for sample in samples:
             try:
-                image, target = read_image(sample.image_path), read_mask(sample.mask_path)
-            except (DecodeError, OSError) as error:
-                record_failure(result, sample.id, f"{sample.image_path.name}: {error}")
-                bar.advance(task)
-                continue
-            if image.shape[:2] != target.shape:
-                record_failure(
-                    result, sample.id, f"image {image.shape[:2]} and mask {target.shape} differ"
-                )
-            else:
-                batch.append((sample, image, target))
+                batch.append((sample, *read_labelled(sample)))
+            except UnscorableImage as error:
+                record_failure(result, sample.id, str(error))
             if len(batch) == predictor.batch_size:
                 flush()
             bar.advance(task)
         if batch:
             flush()
     return result
+
+
+class UnscorableImage(ValueError):
+    """An image that cannot be scored: unreadable, or of another size than its mask."""
+
+
+def read_labelled(sample: Sample) -> tuple[np.ndarray, np.ndarray]:
+    """The image and mask of ``sample``: the one rule for what evaluation and threshold tuning
+    count as a failed image instead of scoring it.
+
+    Raises:
+        UnscorableImage: Either file cannot be read, or their sizes differ.
+    """
+    try:
+        image, target = read_image(sample.image_path), read_mask(sample.mask_path)
+    except (DecodeError, OSError) as error:
+        raise UnscorableImage(f"{sample.image_path.name}: {error}") from None
+    if image.shape[:2] != target.shape:
+        raise UnscorableImage(f"image {image.shape[:2]} and mask {target.shape} differ")
+    return image, target
 
 
 def score_pair(
