@@ -229,9 +229,15 @@ def test_evaluate_uses_the_runs_recorded_split_and_refuses_when_an_image_is_gone
     assert run_cli([*argv, "--output", str(tmp_path / "before")]) == 0
     before = json.loads((tmp_path / "before" / "summary.json").read_text())
     assert before["num_images"] == 4
+    # A training image gone: every recorded test image is still there, so the test split is.
+    sorted((data / "ISIC-2017_Training_Data").glob("*.jpg"))[0].unlink()
+    assert run_cli([*argv, "--output", str(tmp_path / "train_image_gone")]) == 0
+    same = json.loads((tmp_path / "train_image_gone" / "summary.json").read_text())
+    assert same["num_images"] == 4 and same["mean_jaccard"] == before["mean_jaccard"]
     (gone,) = sorted((data / "ISIC-2017_Test_v2_Data").glob("*.jpg"))[:1]
     gone.unlink()
     caplog.clear()
     assert run_cli([*argv, "--output", str(tmp_path / "after")]) == 1
     assert "no longer holds 1 image(s) of the split the training run recorded" in caplog.text
+    assert "as 'test'" in caplog.text
     assert gone.stem in caplog.text and not (tmp_path / "after").exists()

@@ -134,25 +134,24 @@ def select_samples(
 
 
 def _recorded_splits(index: Any, recorded: Path, split: str) -> dict[str, list[Sample]]:
-    """The samples of a run's ``splits.csv``; refused when one of its images is gone.
+    """The samples of a run's ``splits.csv``; refused when an image of ``split`` is gone.
 
-    Images the file does not list (added since, or left out by ``max_samples_per_split``) are
-    not scored.
+    Only ``split``'s own images must be present: the recorded file says which images are
+    scored, so a missing training image cannot mix anything in. Images the file does not list
+    (added since, or left out by ``max_samples_per_split``) are not scored.
     """
     assignment = read_split_file(recorded)
     samples = {s.id: s for pairs in index.splits.values() for s in pairs}
-    missing = sorted(i for i in assignment if i not in samples)
+    wanted = sorted(i for i, name in assignment.items() if name == split)
+    missing = [i for i in wanted if i not in samples]
     if missing:
         raise DatasetError(
             f"the data under {index.root} no longer holds {len(missing)} image(s) of the split "
-            f"the training run recorded in {recorded} (e.g. {missing[:3]}): scoring a new split "
-            f"as {split!r} would mix in the run's training images. Restore the data folder, or "
+            f"the training run recorded in {recorded} as {split!r} (e.g. {missing[:3]}): the "
+            f"rest would not score the run's {split!r} split. Restore the data folder, or "
             "give --data to score a folder as its own layout splits it"
         )
-    splits: dict[str, list[Sample]] = {}
-    for sample_id in sorted(assignment):
-        splits.setdefault(assignment[sample_id], []).append(samples[sample_id])
-    return splits
+    return {split: [samples[sample_id] for sample_id in wanted]}
 
 
 def new_result(
