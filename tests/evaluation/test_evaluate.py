@@ -241,3 +241,31 @@ def test_evaluate_uses_the_runs_recorded_split_and_refuses_when_an_image_is_gone
     assert "no longer holds 1 image(s) of the split the training run recorded" in caplog.text
     assert "as 'test'" in caplog.text
     assert gone.stem in caplog.text and not (tmp_path / "after").exists()
+
+
+def _external_folder(root: Path, with_mask: int, without_mask: int = 0) -> str:
+    """``NAME=IMAGES:MASKS`` for a labelled folder, some of its images without a mask."""
+    from tests.helpers.inference import write_rgb
+
+    images, masks = root / "images", root / "masks"
+    images.mkdir(parents=True), masks.mkdir()
+    for i in range(with_mask + without_mask):
+        write_rgb(images / f"img{i}.png", 32, 40, seed=i)
+        if i < with_mask:
+            write_mask(masks / f"img{i}_mask.png", np.eye(32, 40))
+    return f"{root.name}={images}:{masks}"
+
+
+def test_external_images_without_a_mask_count_in_the_summary_and_the_exit_status(
+    trained_checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    external = _external_folder(tmp_path / "clinic", with_mask=4, without_mask=4)
+    out = tmp_path / "report"
+    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--split", "none"]
+    argv += ["--external", external, "--device", "cpu", "--gallery", "0"]
+    assert run_cli([*argv, "--output", str(out)]) == 1
+    summary = json.loads((out / "clinic" / "summary.json").read_text())
+    assert summary["num_images"] == 4 and summary["num_failed"] == 0
+    assert summary["num_without_mask"] == 4
+    assert sorted(summary["without_mask"]) == ["img4", "img5", "img6", "img7"]
+    assert "4 of 8 image(s) have no mask" in caplog.text

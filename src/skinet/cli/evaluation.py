@@ -43,7 +43,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     _check_evaluate_options(args)
     predictor = build_predictor(args)
     sets = _evaluation_sets(predictor, args)
-    main_name, main_samples, _ = sets[0]
+    main_name, main_samples, *_ = sets[0]
     tuned_on = None
     if args.tune_threshold:
         tuned = _tune_threshold(predictor, main_samples, main_name, args)
@@ -52,11 +52,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
             _save_calibrated(args, predictor, tuned, main_name)
     codes, summaries = [], {}
     split_scored = args.images is None and args.split != "none"  # the first set is a split
-    for index, (name, samples, output) in enumerate(sets):
+    for index, (name, samples, output, without_mask) in enumerate(sets):
         log.info("evaluating %d image(s) of %s", len(samples), name)
         split = args.split if split_scored and index == 0 else None
         result = _evaluate_set(predictor, samples, args, split)
         result.info.update(evaluated=name, threshold_tuned_on=tuned_on)
+        result.without_mask.update(without_mask)
         codes.append(_write_scored(result, output, quiet=len(sets) > 1))
         summaries[name] = result.summary
     if len(sets) > 1:
@@ -103,27 +104,49 @@ def _check_evaluate_options(args: argparse.Namespace) -> None:
         raise UsageError(f"--external names must differ, got {names}")
 
 
-def _evaluation_sets(predictor: Any, args: argparse.Namespace) -> list[tuple[str, Any, Path]]:
-    """``(name, samples, output folder)``: the main set in --output, each external in a subfolder.
+_Set = tuple[str, Any, Path, dict[str, str]]
+"""One set to score: its name, image/mask pairs, report folder, and the images of a labelled
+folder that have no mask (ID: reason), reported as not scored."""
+
+
+def _evaluation_sets(predictor: Any, args: argparse.Namespace) -> list[_Set]:
+    """The main set in --output, each external in a subfolder.
 
     The main set is --images/--masks, else --split (none: the first external set).
     """
     from skinet.evaluation.evaluate import select_samples
-    from skinet.evaluation.mask_folders import pair_image_folder
 
-    sets: list[tuple[str, Any, Path]] = []
+    sets: list[_Set] = []
     if args.images is not None:
-        sets.append((str(args.images), pair_image_folder(args.images, args.masks), args.output))
+        sets.append(_labelled_set(str(args.images), args.images, args.masks, args.output))
     elif args.split != "none":
         refuse_leak(predictor, args)
         samples = select_samples(
             predictor.config, args.data, args.dataset, args.split, recorded_split(args)
         )
-        sets.append((f"split {args.split!r}", samples, args.output))
+        sets.append((f"split {args.split!r}", samples, args.output, {}))
     for external in args.external:
-        samples = pair_image_folder(external.images, external.masks)
-        sets.append((external.name, samples, args.output / external.name))
+        output = args.output / external.name
+        sets.append(_labelled_set(external.name, external.images, external.masks, output))
     return sets
+
+
+def _labelled_set(name: str, images: Path, masks: Path, output: Path) -> _Set:
+    from skinet.evaluation.mask_folders import pair_labelled_folder
+
+    samples, unmatched = pair_labelled_folder(images, masks)
+    if unmatched:
+        log.error(
+            "%s: %d of %d image(s) have no mask in %s (paired by file stem), e.g. %s: they are "
+            "not scored, and counted in summary.json (num_without_mask) and the exit status",
+            name,
+            len(unmatched),
+            len(unmatched) + len(samples),
+            masks,
+            [path.name for path in unmatched[:3]],
+        )
+    missing = {path.stem: f"{path.name}: no mask in {masks}" for path in unmatched}
+    return name, samples, output, missing
 
 
 def recorded_split(args: argparse.Namespace) -> Path | None:

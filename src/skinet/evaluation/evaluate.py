@@ -58,6 +58,8 @@ class EvaluationResult:
         surface: HD95 and ASSD per image (:mod:`skinet.metrics.surface`).
         sizes: ``(height, width)`` per image.
         failures: Images that could not be scored, with the reason.
+        without_mask: Image files of a labelled folder that have no mask, by image ID: not
+            scored, counted in the summary and the exit code.
         info: What was evaluated (checkpoint, split, options), copied into the summary.
         spacing_mm: ``(row, column)`` millimetres per pixel; adds the ``*_mm`` distances.
         gallery: The worst images kept for ``failure_gallery.png``; ``None`` for no gallery.
@@ -67,6 +69,7 @@ class EvaluationResult:
     surface: dict[str, SurfaceMetrics] = field(default_factory=dict)
     sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
+    without_mask: dict[str, str] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     spacing_mm: tuple[float, float] | None = None
     gallery: FailureGallery | None = None
@@ -85,13 +88,15 @@ class EvaluationResult:
             "pixel_spacing_mm": None if self.spacing_mm is None else list(self.spacing_mm),
             "num_failed": len(self.failures),
             "failures": dict(self.failures),
+            "num_without_mask": len(self.without_mask),
+            "without_mask": dict(self.without_mask),
             **self.info,
         }
 
     @property
     def exit_code(self) -> int:
-        """0 when every image was scored, 1 otherwise."""
-        return 1 if self.failures else 0
+        """0 when every image was scored, 1 otherwise (a failure, or an image without mask)."""
+        return 1 if self.failures or self.without_mask else 0
 
 
 def select_samples(
