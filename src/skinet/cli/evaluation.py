@@ -37,6 +37,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             args.gallery,
             args.gallery_order,
         )
+        _clear_reports(args.output)
         return _write_scored(result, args.output)
     if args.checkpoint is None:
         raise UsageError("give --checkpoint (with --data), or --predictions and --ground-truth")
@@ -52,17 +53,30 @@ def run_evaluate(args: argparse.Namespace) -> int:
             _save_calibrated(args, predictor, tuned, main_name)
     codes, summaries = [], {}
     split_scored = args.images is None and args.split != "none"  # the first set is a split
-    for index, (name, samples, output, without_mask) in enumerate(sets):
-        log.info("evaluating %d image(s) of %s", len(samples), name)
-        split = args.split if split_scored and index == 0 else None
-        result = _evaluate_set(predictor, samples, args, split)
-        result.info.update(evaluated=name, threshold_tuned_on=tuned_on)
-        result.without_mask.update(without_mask)
-        codes.append(_write_scored(result, output, quiet=len(sets) > 1))
-        summaries[name] = result.summary
+    _clear_reports(args.output)  # an earlier run's gallery or sets would look like this run's
+    try:
+        for index, (name, samples, output, without_mask) in enumerate(sets):
+            log.info("evaluating %d image(s) of %s", len(samples), name)
+            split = args.split if split_scored and index == 0 else None
+            result = _evaluate_set(predictor, samples, args, split)
+            result.info.update(evaluated=name, threshold_tuned_on=tuned_on)
+            result.without_mask.update(without_mask)
+            codes.append(_write_scored(result, output, quiet=len(sets) > 1))
+            summaries[name] = result.summary
+    except KeyboardInterrupt:
+        # Some sets' reports would stand without the others and the comparison.
+        _clear_reports(args.output)
+        raise KeyboardInterrupt(f"no report is left in {args.output}") from None
     if len(sets) > 1:
         _print_sets(summaries, tuned_set=main_name if args.tune_threshold else None)
     return max(codes)
+
+
+def _clear_reports(output: Path) -> None:
+    """Remove an earlier evaluation's reports from ``output`` (only the files it wrote)."""
+    from skinet.evaluation.report_folder import clear_reports as clear
+
+    clear(output)
 
 
 def _check_evaluate_options(args: argparse.Namespace) -> None:
@@ -102,6 +116,15 @@ def _check_evaluate_options(args: argparse.Namespace) -> None:
     names = [external.name for external in args.external]
     if len(set(names)) != len(names):
         raise UsageError(f"--external names must differ, got {names}")
+    from skinet.evaluation.report_folder import REPORT_FILES
+
+    for external in args.external:
+        if external.name in REPORT_FILES:
+            raise UsageError(
+                f"--external {external.name}=...: the set's reports go into the folder "
+                f"{args.output / external.name}, which is the name of a report evaluate writes "
+                f"into {args.output}: give the set another name"
+            )
 
 
 _Set = tuple[str, Any, Path, dict[str, str]]

@@ -294,8 +294,6 @@ def write_evaluation(result: EvaluationResult, output_dir: Path) -> dict[str, Pa
         writer = csv.DictWriter(handle, fieldnames=fieldnames)
         writer.writeheader()
         writer.writerows(rows)
-    summary = {k: None if _is_nan(v) else v for k, v in result.summary.items()}
-    paths["summary"].write_text(json.dumps(summary, indent=2, allow_nan=False))
     jaccards = [m.jaccard for m in result.metrics.values()]
     save_figure(draw_jaccard_histogram(jaccards, ISIC2018_JACCARD_CUTOFF), paths["histogram"])
     if result.gallery is not None:
@@ -303,6 +301,9 @@ def write_evaluation(result: EvaluationResult, output_dir: Path) -> dict[str, Pa
         written = result.gallery.write(output_dir / GALLERY_FILE, threshold)
         if written is not None:
             paths["gallery"] = written
+    # Last: a summary.json says the reports beside it are complete.
+    summary = {k: None if _is_nan(v) else v for k, v in result.summary.items()}
+    paths["summary"].write_text(json.dumps(summary, indent=2, allow_nan=False))
     return paths
 
 
