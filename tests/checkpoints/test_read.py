@@ -117,3 +117,20 @@ def test_transforms_a_checkpoint_holds_are_not_rebuilt_to_predict(
     Predictor.from_checkpoint(target, device="cpu")
     with pytest.raises(ConfigError, match=r"unknown albumentations transform 'NoSuchTransform'"):
         check_config(parse_config(config))
+
+
+def test_the_hint_for_a_truncated_checkpoint_lists_only_the_readable_ones_beside_it(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    from skinet.training.resume import ResumeError, check_resume
+
+    data = trained_checkpoint.read_bytes()
+    (tmp_path / "last.ckpt").write_bytes(data)
+    for name in ("best-epoch=000.ckpt", "best-epoch=001.ckpt"):
+        (tmp_path / name).write_bytes(data[: len(data) // 2])
+    (tmp_path / "empty.ckpt").write_bytes(b"")
+    with pytest.raises(ResumeError, match="is truncated or damaged") as error:
+        check_resume(tmp_path / "best-epoch=000.ckpt", 5, tmp_path)
+    message = str(error.value)
+    assert "Checkpoints beside it: last.ckpt." in message
+    assert message.endswith("Unreadable beside it too: best-epoch=001.ckpt, empty.ckpt.")

@@ -201,6 +201,13 @@ def _kept(s: Setup) -> None:
     assert not (s.tmp / "report").exists()
 
 
+def _external_named_like_a_report(s: Setup) -> list[str]:
+    images, masks = ISIC2017_FOLDERS["train"]
+    external = f"summary.json={s.data / images}:{s.data / masks}"
+    argv = ["evaluate", "--checkpoint", "x.ckpt", "--split", "test", "--external", external]
+    return [*argv, "--output", str(s.tmp / "report")]
+
+
 @dataclass
 class Case:
     """A bad input, the command run on it, and what SkiNet must answer."""
@@ -263,6 +270,12 @@ CASES: dict[str, Case] = {
     ),
     "compare-one-model": Case(_compare_one_model, 2, "compare needs two models or more"),
     "save-calibrated-exists": Case(_save_calibrated_exists, 2, "already exist(s)", _kept),
+    "external-named-like-a-report": Case(
+        _external_named_like_a_report,
+        2,
+        "--external summary.json=...: the set's reports go into the folder",
+        _nothing_written,
+    ),
 }
 
 

@@ -229,9 +229,123 @@ def test_evaluate_uses_the_runs_recorded_split_and_refuses_when_an_image_is_gone
     assert run_cli([*argv, "--output", str(tmp_path / "before")]) == 0
     before = json.loads((tmp_path / "before" / "summary.json").read_text())
     assert before["num_images"] == 4
+    # A training image gone: every recorded test image is still there, so the test split is.
+    sorted((data / "ISIC-2017_Training_Data").glob("*.jpg"))[0].unlink()
+    assert run_cli([*argv, "--output", str(tmp_path / "train_image_gone")]) == 0
+    same = json.loads((tmp_path / "train_image_gone" / "summary.json").read_text())
+    assert same["num_images"] == 4 and same["mean_jaccard"] == before["mean_jaccard"]
     (gone,) = sorted((data / "ISIC-2017_Test_v2_Data").glob("*.jpg"))[:1]
     gone.unlink()
     caplog.clear()
     assert run_cli([*argv, "--output", str(tmp_path / "after")]) == 1
     assert "no longer holds 1 image(s) of the split the training run recorded" in caplog.text
+    assert "as 'test'" in caplog.text
     assert gone.stem in caplog.text and not (tmp_path / "after").exists()
+
+
+def _external_folder(root: Path, with_mask: int, without_mask: int = 0) -> str:
+    """``NAME=IMAGES:MASKS`` for a labelled folder, some of its images without a mask."""
+    from tests.helpers.inference import write_rgb
+
+    images, masks = root / "images", root / "masks"
+    images.mkdir(parents=True), masks.mkdir()
+    for i in range(with_mask + without_mask):
+        write_rgb(images / f"img{i}.png", 32, 40, seed=i)
+        if i < with_mask:
+            write_mask(masks / f"img{i}_mask.png", np.eye(32, 40))
+    return f"{root.name}={images}:{masks}"
+
+
+def test_external_images_without_a_mask_count_in_the_summary_and_the_exit_status(
+    trained_checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    external = _external_folder(tmp_path / "clinic", with_mask=4, without_mask=4)
+    out = tmp_path / "report"
+    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--split", "none"]
+    argv += ["--external", external, "--device", "cpu", "--gallery", "0"]
+    assert run_cli([*argv, "--output", str(out)]) == 1
+    summary = json.loads((out / "clinic" / "summary.json").read_text())
+    assert summary["num_images"] == 4 and summary["num_failed"] == 0
+    assert summary["num_without_mask"] == 4
+    assert sorted(summary["without_mask"]) == ["img4", "img5", "img6", "img7"]
+    assert "4 of 8 image(s) have no mask" in caplog.text
+
+
+def test_evaluate_into_a_folder_used_before_clears_only_its_own_reports(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    images, masks = _external_folder(tmp_path / "main", with_mask=3).split("=")[1].split(":")
+    old_set = _external_folder(tmp_path / "old", with_mask=2)
+    new_set = _external_folder(tmp_path / "new", with_mask=2)
+    out = tmp_path / "report"
+    model = ["evaluate", "--checkpoint", str(trained_checkpoint), "--device", "cpu"]
+    first = [*model, "--images", images, "--masks", masks, "--external", old_set]
+    assert run_cli([*first, "--gallery", "2", "--output", str(out)]) == 0
+    assert (out / "failure_gallery.png").is_file() and (out / "old" / "summary.json").is_file()
+    (out / "notes.txt").write_text("mine")
+    (out / "mine").mkdir()
+    (out / "mine" / "summary.json").write_text("{}")  # not a SkiNet report: kept
+
+    second = [*model, "--split", "none", "--external", new_set, "--gallery", "0"]
+    assert run_cli([*second, "--output", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["mine", "new", "notes.txt"]
+    assert (out / "mine" / "summary.json").read_text() == "{}"
+    assert sorted(p.name for p in (out / "new").iterdir()) == [
+        "jaccard_histogram.png",
+        "per_image.csv",
+        "summary.json",
+    ]
+
+
+def test_an_external_set_named_like_a_report_file_is_a_usage_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    external = _external_folder(tmp_path / "summary.json", with_mask=1)
+    argv = ["evaluate", "--checkpoint", "x.ckpt", "--split", "test", "--external", external]
+    assert run_cli([*argv, "--output", str(tmp_path / "out")]) == 2
+    assert "--external summary.json=...: the set's reports go into the folder" in caplog.text
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.heavy
+def test_ctrl_c_while_evaluating_prints_one_line_and_leaves_no_report(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers.inference import write_rgb
+
+    small = _external_folder(tmp_path / "small", with_mask=2)
+    big = tmp_path / "big"
+    (big / "images").mkdir(parents=True), (big / "masks").mkdir()
+    for i in range(400):  # long enough to be interrupted midway
+        write_rgb(big / "images" / f"b{i}.png", 192, 192, seed=i)
+        write_mask(big / "masks" / f"b{i}_mask.png", np.eye(192))
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--device", "cpu"]
+    argv += ["--split", "none", "--external", small, "--external", f"big={big}/images:{big}/masks"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skinet.cli.main", *argv, "--output", str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (out / "small" / "summary.json").exists():  # the first set is written
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, output[-3000:]
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
+    assert "skinet evaluate interrupted (Ctrl-C): no report is left in" in " ".join(output.split())
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # the first set's too

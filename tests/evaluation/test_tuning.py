@@ -27,3 +27,44 @@ def test_tuned_threshold_matches_find_best_threshold(trained_checkpoint: Path) -
     assert tuned.num_images == len(samples) == 4
     assert tuned.threshold == pytest.approx(float(reference.optimal_threshold))
     assert tuned.dice == pytest.approx(float(reference.best_dice), abs=1e-6)
+
+
+def _labelled_folder(root: Path) -> tuple[Path, Path]:
+    """Three good pairs, an unreadable image and an image whose mask has another size."""
+    from tests.helpers.inference import write_mask, write_rgb
+
+    images, masks = root / "images", root / "masks"
+    images.mkdir(parents=True), masks.mkdir()
+    for i in range(3):
+        write_rgb(images / f"good{i}.png", 40, 48, seed=i)
+        write_mask(masks / f"good{i}_mask.png", np.eye(40, 48))
+    (images / "unreadable.jpg").write_text("<html>404</html>")
+    write_mask(masks / "unreadable_mask.png", np.ones((40, 48)))
+    write_rgb(images / "resized.png", 40, 48)
+    write_mask(masks / "resized_mask.png", np.ones((20, 24)))
+    return images, masks
+
+
+def test_tuning_leaves_out_the_images_evaluation_counts_as_failures(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    import json
+
+    from tests.helpers.inference import run_cli
+
+    from skinet.evaluation.mask_folders import pair_image_folder
+
+    images, masks = _labelled_folder(tmp_path)
+    predictor = Predictor.from_checkpoint(trained_checkpoint, device="cpu", batch_size=2)
+    tuned = tune_threshold(predictor, pair_image_folder(images, masks))
+    assert tuned.num_images == 3
+    assert sorted(tuned.failures) == ["resized", "unreadable"]
+    assert "differ" in tuned.failures["resized"]
+
+    out = tmp_path / "report"
+    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--images", str(images)]
+    argv += ["--masks", str(masks), "--tune-threshold", "--device", "cpu", "--gallery", "0"]
+    assert run_cli([*argv, "--output", str(out)]) == 1  # scored, with two failures
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_images"] == 3 and summary["num_failed"] == 2
+    assert summary["threshold"] == pytest.approx(tuned.threshold)

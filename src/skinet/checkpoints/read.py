@@ -98,6 +98,19 @@ def _safe_load(path: Path, map_location: str | torch.device) -> Any:
         raise CheckpointError(f"cannot read checkpoint {path}: {error}") from None
 
 
+def describe_checkpoints_beside(path: Path) -> str:
+    """A hint for an unreadable ``path``: the other ``*.ckpt`` files in its folder that look
+    whole (a complete torch.save archive: a cheap check, no weights loaded), and which do not.
+    """
+    others = sorted(p for p in path.parent.glob("*.ckpt") if p.name != path.name and p.is_file())
+    whole = [p.name for p in others if zipfile.is_zipfile(p)]
+    damaged = [p.name for p in others if p.name not in whole]
+    hint = f" Checkpoints beside it: {', '.join(whole)}." if whole else ""
+    if damaged:
+        hint += f" Unreadable beside it too: {', '.join(damaged)}."
+    return hint
+
+
 def read_checkpoint_file(
     path: str | Path, map_location: str | torch.device = "cpu"
 ) -> dict[str, Any]:

@@ -21,25 +21,26 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """Score a checkpoint on a split, a labelled folder and external sets, or predicted masks."""
     from skinet.evaluation.mask_folders import evaluate_mask_folders
 
-    if args.predictions is not None or args.ground_truth is not None:
-        if args.predictions is None or args.ground_truth is None or args.checkpoint is not None:
-            raise UsageError("use --predictions with --ground-truth, or --checkpoint (not both)")
+    if args.predictions is not None:
+        if args.masks is None or args.checkpoint is not None:
+            raise UsageError("use --predictions with --masks, or --checkpoint (not both)")
         if args.external or args.images is not None or args.save_calibrated is not None:
             raise UsageError("--external, --images and --save-calibrated need --checkpoint")
         result = evaluate_mask_folders(
             args.predictions,
-            args.ground_truth,
+            args.masks,
             args.pixel_spacing_mm,
             args.gallery,
             args.gallery_order,
         )
+        _clear_reports(args.output)
         return _write_scored(result, args.output)
     if args.checkpoint is None:
-        raise UsageError("give --checkpoint (with --data), or --predictions and --ground-truth")
+        raise UsageError("give --checkpoint (with --data-dir), or --predictions and --masks")
     _check_evaluate_options(args)
     predictor = build_predictor(args)
     sets = _evaluation_sets(predictor, args)
-    main_name, main_samples, _ = sets[0]
+    main_name, main_samples, *_ = sets[0]
     tuned_on = None
     if args.tune_threshold:
         tuned = _tune_threshold(predictor, main_samples, main_name, args)
@@ -48,16 +49,30 @@ def run_evaluate(args: argparse.Namespace) -> int:
             _save_calibrated(args, predictor, tuned, main_name)
     codes, summaries = [], {}
     split_scored = args.images is None and args.split != "none"  # the first set is a split
-    for index, (name, samples, output) in enumerate(sets):
-        log.info("evaluating %d image(s) of %s", len(samples), name)
-        split = args.split if split_scored and index == 0 else None
-        result = _evaluate_set(predictor, samples, args, split)
-        result.info.update(evaluated=name, threshold_tuned_on=tuned_on)
-        codes.append(_write_scored(result, output, quiet=len(sets) > 1))
-        summaries[name] = result.summary
+    _clear_reports(args.output)  # an earlier run's gallery or sets would look like this run's
+    try:
+        for index, (name, samples, output, without_mask) in enumerate(sets):
+            log.info("evaluating %d image(s) of %s", len(samples), name)
+            split = args.split if split_scored and index == 0 else None
+            result = _evaluate_set(predictor, samples, args, split)
+            result.info.update(evaluated=name, threshold_tuned_on=tuned_on)
+            result.without_mask.update(without_mask)
+            codes.append(_write_scored(result, output, quiet=len(sets) > 1))
+            summaries[name] = result.summary
+    except KeyboardInterrupt:
+        # Some sets' reports would stand without the others and the comparison.
+        _clear_reports(args.output)
+        raise KeyboardInterrupt(f"no report is left in {args.output}") from None
     if len(sets) > 1:
         _print_sets(summaries, tuned_set=main_name if args.tune_threshold else None)
     return max(codes)
+
+
+def _clear_reports(output: Path) -> None:
+    """Remove an earlier evaluation's reports from ``output`` (only the files it wrote)."""
+    from skinet.evaluation.report_folder import clear_reports as clear
+
+    clear(output)
 
 
 def _check_evaluate_options(args: argparse.Namespace) -> None:
@@ -65,13 +80,13 @@ def _check_evaluate_options(args: argparse.Namespace) -> None:
         raise UsageError("--images and --masks go together")
     if args.images is not None and args.split not in (None, "none"):
         raise UsageError(
-            f"--split {args.split} scores a split of --data; with --images the folder is "
+            f"--split {args.split} scores a split of --data-dir; with --images the folder is "
             "scored instead: drop --split (or --images)"
         )
     if args.split is None:
         args.split = "none" if args.images is not None else "test"
     if args.images is not None and (args.data is not None or args.dataset is not None):
-        raise UsageError("use --images with --masks, or --data/--dataset/--split (not both)")
+        raise UsageError("use --images with --masks, or --data-dir/--dataset/--split (not both)")
     if args.split == "none" and args.images is None and not args.external:
         raise UsageError("--split none scores nothing: add --images/--masks or --external")
     if args.save_calibrated is not None:
@@ -97,29 +112,60 @@ def _check_evaluate_options(args: argparse.Namespace) -> None:
     names = [external.name for external in args.external]
     if len(set(names)) != len(names):
         raise UsageError(f"--external names must differ, got {names}")
+    from skinet.evaluation.report_folder import REPORT_FILES
+
+    for external in args.external:
+        if external.name in REPORT_FILES:
+            raise UsageError(
+                f"--external {external.name}=...: the set's reports go into the folder "
+                f"{args.output / external.name}, which is the name of a report evaluate writes "
+                f"into {args.output}: give the set another name"
+            )
 
 
-def _evaluation_sets(predictor: Any, args: argparse.Namespace) -> list[tuple[str, Any, Path]]:
-    """``(name, samples, output folder)``: the main set in --output, each external in a subfolder.
+_Set = tuple[str, Any, Path, dict[str, str]]
+"""One set to score: its name, image/mask pairs, report folder, and the images of a labelled
+folder that have no mask (ID: reason), reported as not scored."""
+
+
+def _evaluation_sets(predictor: Any, args: argparse.Namespace) -> list[_Set]:
+    """The main set in --output, each external in a subfolder.
 
     The main set is --images/--masks, else --split (none: the first external set).
     """
     from skinet.evaluation.evaluate import select_samples
-    from skinet.evaluation.mask_folders import pair_image_folder
 
-    sets: list[tuple[str, Any, Path]] = []
+    sets: list[_Set] = []
     if args.images is not None:
-        sets.append((str(args.images), pair_image_folder(args.images, args.masks), args.output))
+        sets.append(_labelled_set(str(args.images), args.images, args.masks, args.output))
     elif args.split != "none":
         refuse_leak(predictor, args)
         samples = select_samples(
             predictor.config, args.data, args.dataset, args.split, recorded_split(args)
         )
-        sets.append((f"split {args.split!r}", samples, args.output))
+        sets.append((f"split {args.split!r}", samples, args.output, {}))
     for external in args.external:
-        samples = pair_image_folder(external.images, external.masks)
-        sets.append((external.name, samples, args.output / external.name))
+        output = args.output / external.name
+        sets.append(_labelled_set(external.name, external.images, external.masks, output))
     return sets
+
+
+def _labelled_set(name: str, images: Path, masks: Path, output: Path) -> _Set:
+    from skinet.evaluation.mask_folders import pair_labelled_folder
+
+    samples, unmatched = pair_labelled_folder(images, masks)
+    if unmatched:
+        log.error(
+            "%s: %d of %d image(s) have no mask in %s (paired by file stem), e.g. %s: they are "
+            "not scored, and counted in summary.json (num_without_mask) and the exit status",
+            name,
+            len(unmatched),
+            len(unmatched) + len(samples),
+            masks,
+            [path.name for path in unmatched[:3]],
+        )
+    missing = {path.stem: f"{path.name}: no mask in {masks}" for path in unmatched}
+    return name, samples, output, missing
 
 
 def recorded_split(args: argparse.Namespace) -> Path | None:
@@ -223,8 +269,10 @@ def _tune_threshold(
     tuned = tune_threshold(predictor, samples, args.threshold_selection, reference)
     predictor.threshold = tuned.threshold
     kept = " (the model's own: no clear gain)" if tuned.kept_reference else ""
+    left_out = f"; {len(tuned.failures)} left out, see above" if tuned.failures else ""
     print(
-        f"tuned threshold on {where} ({tuned.num_images} images): {tuned.threshold:.2f}{kept} "
+        f"tuned threshold on {where} ({tuned.num_images} images{left_out}): "
+        f"{tuned.threshold:.2f}{kept} "
         f"({tuned.selection}; pooled Dice {tuned.dice:.4f}, mean per-image Jaccard "
         f"{tuned.mean_jaccard:.4f})"
     )
@@ -240,7 +288,7 @@ def _tune_threshold(
 
 
 def _tuning_set(args: argparse.Namespace) -> str | None:
-    """The image folder the threshold is tuned on (``None``: a split of ``--data``)."""
+    """The image folder the threshold is tuned on (``None``: a split of ``--data-dir``)."""
     if args.images is not None:
         return str(args.images.resolve())
     if args.split == "none":  # the first external set

@@ -33,18 +33,6 @@ class _OneOrTwoValues(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _run_evaluate(args: argparse.Namespace) -> int:
-    """:func:`run_evaluate`, with ``--masks`` read as the ground truth of ``--predictions``.
-
-    One option names the ground-truth masks in both modes (``--images`` with a checkpoint, or
-    ``--predictions``); the handler keeps them apart as ``masks`` and ``ground_truth``.
-    """
-    args.ground_truth = None
-    if args.predictions is not None:
-        args.ground_truth, args.masks = args.masks, None
-    return run_evaluate(args)
-
-
 def add_evaluate_subcommand(subparsers: Any) -> None:
     """Register ``evaluate`` (``func``: its handler)."""
     evaluate = subparsers.add_parser(
@@ -145,4 +133,4 @@ def add_evaluate_subcommand(subparsers: Any) -> None:
     add_model_options(evaluate)
     add_leak_option(evaluate)
 
-    evaluate.set_defaults(func=_run_evaluate)
+    evaluate.set_defaults(func=run_evaluate)

@@ -34,6 +34,9 @@ from skinet.training.signals import RunInterrupted
 
 log = logging.getLogger("skinet")
 
+INTERRUPTED_EXIT = 130
+"""The shell's status for a command stopped by SIGINT (128 + 2)."""
+
 SUBCOMMAND_GROUPS: tuple[Callable[[Any], Any], ...] = (
     add_training_subcommands,
     add_data_subcommands,
@@ -127,7 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``skinet`` console script.
 
     Exit status 2: usage and config errors, and a subcommand whose pip extra is not installed
-    (``skinet[train]``, ``skinet[onnx]``); 1: a run that failed (data, tracking, resume).
+    (``skinet[train]``, ``skinet[onnx]``); 1: a run that failed (data, tracking, resume); 130:
+    interrupted by Ctrl-C (143 for a training run stopped by SIGTERM).
     """
     args = build_parser().parse_args(argv)
     handler: Handler = args.func
@@ -157,6 +161,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunInterrupted as error:
         log.error("%s: the MLflow run is KILLED; continue with --resume last", error)
         return error.exit_code
+    except KeyboardInterrupt as error:
+        # Ctrl-C outside a training run (evaluate, predict, compare, ...): one line, not a
+        # traceback; the handler may say what it left (str(error)).
+        detail = f": {error}" if str(error) else ""
+        log.error("%s interrupted (Ctrl-C)%s", _command_line(args), detail)
+        return INTERRUPTED_EXIT
     except ValueError as error:
         # Data, resume and sweep problems are ValueErrors with a message meant for the user.
         if args.verbose:

@@ -93,15 +93,16 @@ def split_pairs(
     data: DataConfig,
     split_file: str | Path | None = None,
     recorded_split: Path | None = None,
+    split: str | None = None,
 ) -> dict[str, list[Sample]]:
     """Train/val/test pairs of ``index``.
 
     A run's own ``recorded_split`` (its ``splits.csv``) first, else ``split_file``, else the
     layout's official splits, with the missing ones carved by ``DATA_CONFIG.split_random_seed``
-    and fractions.
+    and fractions. ``split`` limits a recorded split to that split (only its images must exist).
     """
     if recorded_split is not None:
-        return apply_recorded_split(index, recorded_split)
+        return apply_recorded_split(index, recorded_split, split)
     if split_file is not None:
         return apply_split_file(index, split_file)
     return assign_splits(index, data.split_random_seed, data.val_fraction, data.test_fraction)
@@ -151,7 +152,7 @@ def select_samples(
     if split == "all":
         samples = [sample for pairs in index.splits.values() for sample in pairs]
     else:
-        samples = split_pairs(index, data, split_file, recorded).get(split, [])
+        samples = split_pairs(index, data, split_file, recorded, split).get(split, [])
     if not samples:
         raise DatasetError(f"no image/mask pairs in split {split!r} of {root}")
     return samples

@@ -118,25 +118,32 @@ def split_file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def apply_recorded_split(index: DatasetIndex, path: str | Path) -> dict[str, list[Sample]]:
+def apply_recorded_split(
+    index: DatasetIndex, path: str | Path, split: str | None = None
+) -> dict[str, list[Sample]]:
     """The samples of ``index`` as a training run's own ``splits.csv`` assigned them.
 
     Unlike :func:`apply_split_file`, images the file does not list (added since, or left out by
-    ``max_samples_per_split``) are left out rather than refused.
+    ``max_samples_per_split``) are left out rather than refused. With ``split``, only that split
+    is returned and only its own images must be present: a deleted training image cannot mix
+    anything into the test split.
 
     Raises:
-        DatasetError: an image the file lists is gone from ``index`` (scoring the rest as the
-            run's split could mix in its training images).
+        DatasetError: an image the file lists (for ``split``) is gone from ``index`` (scoring
+            the rest would not score the run's split).
     """
     assignment = read_split_file(path)
+    if split is not None:
+        assignment = {i: name for i, name in assignment.items() if name == split}
     samples = {s.id: s for pairs in index.splits.values() for s in pairs}
     missing = sorted(i for i in assignment if i not in samples)
     if missing:
+        which = "" if split is None else f" as {split!r}"
         raise DatasetError(
             f"the data under {index.root} no longer holds {len(missing)} image(s) of the split "
-            f"the training run recorded in {path} (e.g. {missing[:3]}): scoring a new split "
-            "would mix in the run's training images. Restore the data folder, or "
-            "give --data to score a folder as its own layout splits it"
+            f"the training run recorded in {path}{which} (e.g. {missing[:3]}): the rest would "
+            "not score the run's split. Restore the data folder, or give --data-dir to score a "
+            "folder as its own layout splits it"
         )
     splits: dict[str, list[Sample]] = {}
     for sample_id in sorted(assignment):

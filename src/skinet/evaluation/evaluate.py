@@ -54,6 +54,8 @@ class EvaluationResult:
         surface: HD95 and ASSD per image (:mod:`skinet.metrics.surface`).
         sizes: ``(height, width)`` per image.
         failures: Images that could not be scored, with the reason.
+        without_mask: Image files of a labelled folder that have no mask, by image ID: not
+            scored, counted in the summary and the exit code.
         info: What was evaluated (checkpoint, split, options), copied into the summary.
         spacing_mm: ``(row, column)`` millimetres per pixel; adds the ``*_mm`` distances.
         gallery: The worst images kept for ``failure_gallery.png``; ``None`` for no gallery.
@@ -63,6 +65,7 @@ class EvaluationResult:
     surface: dict[str, SurfaceMetrics] = field(default_factory=dict)
     sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
+    without_mask: dict[str, str] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     spacing_mm: tuple[float, float] | None = None
     gallery: FailureGallery | None = None
@@ -81,13 +84,15 @@ class EvaluationResult:
             "pixel_spacing_mm": None if self.spacing_mm is None else list(self.spacing_mm),
             "num_failed": len(self.failures),
             "failures": dict(self.failures),
+            "num_without_mask": len(self.without_mask),
+            "without_mask": dict(self.without_mask),
             **self.info,
         }
 
     @property
     def exit_code(self) -> int:
-        """0 when every image was scored, 1 otherwise."""
-        return 1 if self.failures else 0
+        """0 when every image was scored, 1 otherwise (a failure, or an image without mask)."""
+        return 1 if self.failures or self.without_mask else 0
 
 
 def new_result(
@@ -138,23 +143,35 @@ def evaluate_predictor(
         task = bar.add_task("evaluating", total=len(samples))
         for sample in samples:
             try:
-                image, target = read_image(sample.image_path), read_mask(sample.mask_path)
-            except (DecodeError, OSError) as error:
-                record_failure(result, sample.id, f"{sample.image_path.name}: {error}")
-                bar.advance(task)
-                continue
-            if image.shape[:2] != target.shape:
-                record_failure(
-                    result, sample.id, f"image {image.shape[:2]} and mask {target.shape} differ"
-                )
-            else:
-                batch.append((sample, image, target))
+                batch.append((sample, *read_labelled(sample)))
+            except UnscorableImage as error:
+                record_failure(result, sample.id, str(error))
             if len(batch) == predictor.batch_size:
                 flush()
             bar.advance(task)
         if batch:
             flush()
     return result
+
+
+class UnscorableImage(ValueError):
+    """An image that cannot be scored: unreadable, or of another size than its mask."""
+
+
+def read_labelled(sample: Sample) -> tuple[np.ndarray, np.ndarray]:
+    """The image and mask of ``sample``: the one rule for what evaluation and threshold tuning
+    count as a failed image instead of scoring it.
+
+    Raises:
+        UnscorableImage: Either file cannot be read, or their sizes differ.
+    """
+    try:
+        image, target = read_image(sample.image_path), read_mask(sample.mask_path)
+    except (DecodeError, OSError) as error:
+        raise UnscorableImage(f"{sample.image_path.name}: {error}") from None
+    if image.shape[:2] != target.shape:
+        raise UnscorableImage(f"image {image.shape[:2]} and mask {target.shape} differ")
+    return image, target
 
 
 def score_pair(
@@ -213,8 +230,6 @@ def write_evaluation(result: EvaluationResult, output_dir: Path) -> dict[str, Pa
         writer = csv.DictWriter(handle, fieldnames=fieldnames)
         writer.writeheader()
         writer.writerows(rows)
-    summary = {k: None if _is_nan(v) else v for k, v in result.summary.items()}
-    paths["summary"].write_text(json.dumps(summary, indent=2, allow_nan=False))
     jaccards = [m.jaccard for m in result.metrics.values()]
     save_figure(draw_jaccard_histogram(jaccards, ISIC2018_JACCARD_CUTOFF), paths["histogram"])
     if result.gallery is not None:
@@ -222,6 +237,9 @@ def write_evaluation(result: EvaluationResult, output_dir: Path) -> dict[str, Pa
         written = result.gallery.write(output_dir / GALLERY_FILE, threshold)
         if written is not None:
             paths["gallery"] = written
+    # Last: a summary.json says the reports beside it are complete.
+    summary = {k: None if _is_nan(v) else v for k, v in result.summary.items()}
+    paths["summary"].write_text(json.dumps(summary, indent=2, allow_nan=False))
     return paths
 
 

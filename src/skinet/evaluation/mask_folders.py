@@ -54,11 +54,9 @@ def index_masks(folder: Path) -> dict[str, Path]:
     return masks
 
 
-def pair_image_folder(images: Path, masks: Path) -> list[Sample]:
-    """Images of ``images`` paired with masks of ``masks`` by image ID (as ``skinet evaluate``).
-
-    An image without a mask is skipped with a warning.
-    """
+def pair_labelled_folder(images: Path, masks: Path) -> tuple[list[Sample], list[Path]]:
+    """Images of ``images`` paired with masks of ``masks`` by image ID, and the images that have
+    no mask (which ``skinet evaluate`` counts as not scored)."""
     if not images.is_dir():
         raise FileNotFoundError(f"image folder not found: {images}")
     by_id = index_masks(masks)
@@ -67,13 +65,21 @@ def pair_image_folder(images: Path, masks: Path) -> list[Sample]:
         if path.stem in by_id:
             samples.append(Sample(path.stem, path, by_id[path.stem]))
         else:
-            unmatched.append(path.name)
-    if unmatched:
-        log.warning(
-            "%d image(s) without a mask in %s skipped: %s", len(unmatched), masks, unmatched[:5]
-        )
+            unmatched.append(path)
     if not samples:
         raise DatasetError(f"no image in {images} has a mask in {masks} (paired by file stem)")
+    return samples, unmatched
+
+
+def pair_image_folder(images: Path, masks: Path) -> list[Sample]:
+    """Images of ``images`` paired with masks of ``masks`` by image ID (as ``skinet evaluate``).
+
+    An image without a mask is skipped with a warning.
+    """
+    samples, unmatched = pair_labelled_folder(images, masks)
+    if unmatched:
+        names = [path.name for path in unmatched]
+        log.warning("%d image(s) without a mask in %s skipped: %s", len(names), masks, names[:5])
     return samples
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from skinet.checkpoints.format import CheckpointError
-from skinet.checkpoints.read import read_checkpoint_file
+from skinet.checkpoints.read import describe_checkpoints_beside, read_checkpoint_file
 from skinet.config.experiment import ExperimentConfig
 from skinet.training.records import CONFIG_FILE, METRICS_FILE
 
@@ -142,10 +142,7 @@ def check_resume(checkpoint_path: Path, max_epochs: int, run_dir: Path) -> dict[
     try:
         checkpoint = read_checkpoint_file(checkpoint_path)
     except CheckpointError as error:
-        others = sorted(
-            p for p in checkpoint_path.parent.glob("*.ckpt") if p.name != checkpoint_path.name
-        )
-        hint = f" Checkpoints beside it: {', '.join(p.name for p in others)}." if others else ""
+        hint = describe_checkpoints_beside(checkpoint_path)
         raise ResumeError(f"--resume: {error}{hint}") from None
     done = int(checkpoint.get("epoch", -1)) + 1
     if done >= max_epochs:
