@@ -225,7 +225,7 @@ def _tune_threshold(
         raise UsageError("--tune-threshold picks the threshold: do not give --threshold too")
     reference = float(predictor.threshold)
     tuned = tune_threshold(predictor, samples, args.threshold_selection, reference)
-    predictor.threshold = tuned.threshold
+    predictor.threshold_choice = tuned.as_threshold(where)
     kept = " (the model's own: no clear gain)" if tuned.kept_reference else ""
     print(
         f"tuned threshold on {where} ({tuned.num_images} images): {tuned.threshold:.2f}{kept} "

@@ -59,7 +59,7 @@ def add_leak_option(parser: argparse.ArgumentParser) -> None:
 
 
 def build_predictor(args: argparse.Namespace) -> Any:
-    from skinet.inference.ensemble import build_predictor, describe_threshold
+    from skinet.inference.ensemble import build_predictor
 
     predictor = build_predictor(
         args.checkpoint,
@@ -70,7 +70,7 @@ def build_predictor(args: argparse.Namespace) -> Any:
         fill_holes=args.fill_holes,
         batch_size=args.batch_size,
     )
-    log.info("%s", describe_threshold(predictor, args.threshold))
+    log.info("%s", predictor.threshold_choice.describe())
     return predictor
 
 
