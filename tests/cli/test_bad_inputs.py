@@ -201,6 +201,21 @@ def _kept(s: Setup) -> None:
     assert not (s.tmp / "report").exists()
 
 
+def _predict_into_a_masks_folder(s: Setup) -> list[str]:
+    images, masks = s.tmp / "images", s.tmp / "masks"
+    images.mkdir()
+    masks.mkdir()
+    shutil.copy(_train_images(s.data)[0], images / "photo.jpg")
+    (masks / "photo_mask.png").write_bytes(b"ground truth")
+    argv = ["predict", "--checkpoint", "x.ckpt", "--input", str(images)]
+    return [*argv, "--output", str(masks)]
+
+
+def _masks_kept(s: Setup) -> None:
+    assert [p.name for p in (s.tmp / "masks").iterdir()] == ["photo_mask.png"]
+    assert (s.tmp / "masks" / "photo_mask.png").read_bytes() == b"ground truth"
+
+
 @dataclass
 class Case:
     """A bad input, the command run on it, and what SkiNet must answer."""
@@ -263,6 +278,9 @@ CASES: dict[str, Case] = {
     ),
     "compare-one-model": Case(_compare_one_model, 2, "compare needs two models or more"),
     "save-calibrated-exists": Case(_save_calibrated_exists, 2, "already exist(s)", _kept),
+    "predict-output-not-skinets": Case(
+        _predict_into_a_masks_folder, 2, "did not write", _masks_kept
+    ),
 }
 
 
