@@ -195,17 +195,10 @@ def check_parity(
 
 
 def build_sidecar(
-    checkpoint: SkinetCheckpoint,
-    fmt: ExportFormat,
-    model: nn.Module,
-    opset: int | None,
-    threshold: Threshold | None = None,
+    checkpoint: SkinetCheckpoint, fmt: ExportFormat, model: nn.Module, opset: int | None
 ) -> dict[str, Any]:
-    """What a consumer needs to feed the exported graph and threshold its output.
-
-    ``threshold``: the exported model's (an ensemble's mean); the checkpoint's if ``None``.
-    """
-    threshold = checkpoint.threshold_choice if threshold is None else threshold
+    """What a consumer needs to feed the exported graph and threshold its output."""
+    threshold = checkpoint.threshold_choice
     data = checkpoint.config.data
     return {
         "format": fmt,
@@ -271,9 +264,10 @@ def export_checkpoint(
         export_torchscript(wrapper, example, output)
     else:
         export_onnx(wrapper, example, output, opset)
+    sidecar = build_sidecar(checkpoint, fmt, wrapper, opset)
     threshold = ensemble_mean([c.threshold_choice for c in checkpoints])
-    sidecar = build_sidecar(checkpoint, fmt, wrapper, opset, threshold)
     if len(checkpoints) > 1:
+        sidecar.update(threshold=threshold.value, threshold_source=threshold.to_dict())
         sidecar["checkpoint"] = [str(c.path) for c in checkpoints]
         sidecar["ensemble"] = "mean of the members' probabilities"
     parity: ParityResult | None = None
