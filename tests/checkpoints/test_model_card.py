@@ -66,7 +66,10 @@ def test_run_honours_the_split_file_and_writes_split_and_card(
         logged = max(m.value for m in history) if name == cfg.sweep.monitor else None
         logged = run.data.metrics[name] if logged is None else logged
         assert value == round(logged, 4), name
-    assert f"threshold ({figures['test_threshold_used']:.4f})" in card
+    assert (
+        f"threshold ({figures['test_threshold_used']:.4f}: the checkpoint's validation-optimal one)"
+        in card
+    )
 
 
 def test_card_and_metrics_carry_the_best_checkpoints_own_epoch(

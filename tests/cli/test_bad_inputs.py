@@ -208,6 +208,21 @@ def _external_named_like_a_report(s: Setup) -> list[str]:
     return [*argv, "--output", str(s.tmp / "report")]
 
 
+def _predict_into_a_masks_folder(s: Setup) -> list[str]:
+    images, masks = s.tmp / "images", s.tmp / "masks"
+    images.mkdir()
+    masks.mkdir()
+    shutil.copy(_train_images(s.data)[0], images / "photo.jpg")
+    (masks / "photo_mask.png").write_bytes(b"ground truth")
+    argv = ["predict", "--checkpoint", "x.ckpt", "--images", str(images)]
+    return [*argv, "--output", str(masks)]
+
+
+def _masks_kept(s: Setup) -> None:
+    assert [p.name for p in (s.tmp / "masks").iterdir()] == ["photo_mask.png"]
+    assert (s.tmp / "masks" / "photo_mask.png").read_bytes() == b"ground truth"
+
+
 @dataclass
 class Case:
     """A bad input, the command run on it, and what SkiNet must answer."""
@@ -275,6 +290,9 @@ CASES: dict[str, Case] = {
         2,
         "--external summary.json=...: the set's reports go into the folder",
         _nothing_written,
+    ),
+    "predict-output-not-skinets": Case(
+        _predict_into_a_masks_folder, 2, "did not write", _masks_kept
     ),
 }
 

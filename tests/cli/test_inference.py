@@ -76,7 +76,15 @@ def test_malicious_checkpoint_fails_the_command(tmp_path: Path) -> None:
     torch.save({"skinet": _Exploit(marker)}, path)
     image = tmp_path / "x.png"
     write_rgb(image, 32, 32)
-    argv = ["predict", "--checkpoint", str(path), "--images", str(image), "--output", str(tmp_path)]
+    argv = [
+        "predict",
+        "--checkpoint",
+        str(path),
+        "--images",
+        str(image),
+        "--output",
+        str(tmp_path / "out"),
+    ]
     assert run_cli(argv) == 1
     assert not marker.exists()
 

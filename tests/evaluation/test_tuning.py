@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from skinet.evaluation.evaluate import select_samples
-from skinet.evaluation.tuning import tune_threshold
+from skinet.evaluation.tuning import tune_on_maps, tune_threshold
 from skinet.imaging.decode import read_image, read_mask
 from skinet.inference.predictor import Predictor
-from skinet.metrics.thresholds import find_best_threshold
+from skinet.metrics.thresholds import ThresholdSweep, find_best_threshold
 
 
 def test_tuned_threshold_matches_find_best_threshold(trained_checkpoint: Path) -> None:
@@ -68,3 +68,32 @@ def test_tuning_leaves_out_the_images_evaluation_counts_as_failures(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_images"] == 3 and summary["num_failed"] == 2
     assert summary["threshold"] == pytest.approx(tuned.threshold)
+
+
+def _maps(probs: torch.Tensor, masks: torch.Tensor) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(p.numpy(), m.numpy()) for p, m in zip(probs, masks, strict=True)]
+
+
+@pytest.mark.parametrize("selection", ["pooled_dice", "per_image"])
+def test_tuning_chooses_as_the_sweep_with_ties_and_empty_masks(selection: str) -> None:
+    # Probabilities on a coarse grid make whole runs of thresholds tie; the highest must win.
+    generator = torch.Generator().manual_seed(0)
+    probs = (torch.rand(5, 12, 12, generator=generator) * 4).floor() / 4 + 0.1
+    masks = probs > 0.5
+    masks[3] = False  # an image without lesion
+    empty = torch.zeros_like(masks)
+    for name, truth in (("ties", masks), ("all empty", empty)):
+        tuned = tune_on_maps(_maps(probs, truth), selection)
+        sweep = ThresholdSweep(selection=selection)
+        sweep.update(probs, truth)
+        expected = sweep.compute()
+        assert tuned.threshold == float(expected.optimal_threshold), name
+        assert tuned.dice == float(expected.best_dice), name
+        if selection == "pooled_dice":
+            reference = find_best_threshold(probs, truth)
+            assert tuned.threshold == float(reference.optimal_threshold), name
+    # All masks empty: Dice 1 where nothing is predicted, at the highest such threshold.
+    tuned = tune_on_maps(_maps(probs, empty), selection)
+    assert tuned.dice == 1.0 and tuned.threshold == 1.0
+    with pytest.raises(ValueError, match="at least one labelled image"):
+        tune_on_maps([], selection)

@@ -100,7 +100,11 @@ def test_predict_evaluate_export_import_no_training_library(
     }
     result, output = _run_blocked(list(commands.values()), tmp_path)
     assert result == {"statuses": [0, 0, 0], "imported": []}, output[-3000:]
-    assert sorted(p.name for p in (tmp_path / "masks").iterdir()) == ["a_mask.png", "b_mask.png"]
+    assert sorted(p.name for p in (tmp_path / "masks").iterdir()) == [
+        "a_mask.png",
+        "b_mask.png",
+        "predictions.json",
+    ]
     assert (tmp_path / "eval" / "summary.json").is_file()
     assert (tmp_path / "model.pt").is_file()
 
@@ -198,4 +202,8 @@ def test_a_checkpoint_trained_on_the_device_path_predicts_on_the_core_install(
     ]
     outcome, output = _run_blocked([predict], tmp_path)
     assert outcome == {"statuses": [0], "imported": []}, output[-3000:]
-    assert sorted(p.name for p in (tmp_path / "masks").iterdir()) == ["a_mask.png", "b_mask.png"]
+    assert sorted(p.name for p in (tmp_path / "masks").iterdir()) == [
+        "a_mask.png",
+        "b_mask.png",
+        "predictions.json",
+    ]

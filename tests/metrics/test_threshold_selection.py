@@ -5,12 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from skinet.metrics.thresholds import (
-    ThresholdSweep,
-    per_image_jaccard,
-    pooled_dice,
-    select_threshold,
-)
+from skinet.metrics.threshold_counts import per_image_jaccard, pooled_dice, select_threshold
+from skinet.metrics.thresholds import ThresholdSweep
 
 GRID = torch.tensor([0.9, 0.7, 0.5, 0.3, 0.1])
 

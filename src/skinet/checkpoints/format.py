@@ -28,6 +28,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from skinet.checkpoints.threshold import (
+    DEFAULT_THRESHOLD,
+    Threshold,
+    calibrated_threshold,
+    trained_threshold,
+)
+
+__all__ = ["DEFAULT_THRESHOLD", "CheckpointError", "CheckpointPayload"]
+
 CHECKPOINT_KEY = "skinet"
 """Key of the checkpoint entry holding the :class:`CheckpointPayload`."""
 FORMAT_VERSION = 3
@@ -36,10 +45,8 @@ UNCALIBRATED_FORMAT_VERSION = 2
 """Format of a checkpoint without a calibration."""
 LEGACY_FORMAT_VERSION = 1
 """Format of a payload without ``format_version``."""
-DEFAULT_THRESHOLD = 0.5
-"""Probability threshold when a checkpoint records none."""
-
 _MODEL_SECTION = "MODEL_CONFIG"
+_TRAIN_SECTION = "TRAIN_CONFIG"
 
 
 class CheckpointError(ValueError):
@@ -71,12 +78,23 @@ def _calibration(raw: Any, source: str) -> dict[str, Any] | None:
     return dict(raw)
 
 
-def _model_section(config: Mapping[str, Any]) -> tuple[str, Any]:
+def _section(config: Mapping[str, Any], name: str) -> tuple[str, Any]:
     # Section names are matched as ExperimentConfig matches them (case and underscores ignored).
     for key, value in config.items():
-        if str(key).replace("_", "").lower() == _MODEL_SECTION.replace("_", "").lower():
+        if str(key).replace("_", "").lower() == name.replace("_", "").lower():
             return str(key), value
-    return _MODEL_SECTION, None
+    return name, None
+
+
+def _model_section(config: Mapping[str, Any]) -> tuple[str, Any]:
+    return _section(config, _MODEL_SECTION)
+
+
+def _fixed_threshold(config: Mapping[str, Any]) -> float | None:
+    """``TRAIN_CONFIG.optimal_threshold`` of a plain-data config (``None`` when not fixed)."""
+    _, train = _section(config, _TRAIN_SECTION)
+    fixed = train.get("optimal_threshold") if isinstance(train, Mapping) else None
+    return float(fixed) if isinstance(fixed, (int, float)) and not isinstance(fixed, bool) else None
 
 
 def upgrade_legacy_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -123,14 +141,25 @@ class CheckpointPayload:
     resolved: dict[str, Any] | None = None
 
     @property
+    def threshold_choice(self) -> Threshold:
+        """The threshold to predict with and its source: the calibrated one, else the one the
+        training run chose (``val_optimal_threshold``, else ``threshold_used``; ``fixed`` when
+        ``TRAIN_CONFIG.optimal_threshold`` set it), else :data:`DEFAULT_THRESHOLD`."""
+        if self.calibration is not None:
+            return calibrated_threshold(self.calibration)
+        return self.trained_threshold
+
+    @property
+    def trained_threshold(self) -> Threshold:
+        """The threshold the training run left, whether or not a calibration replaced it."""
+        return trained_threshold(
+            _fixed_threshold(self.config), self.val_optimal_threshold, self.threshold_used
+        )
+
+    @property
     def threshold(self) -> float:
-        """The calibrated threshold, else ``val_optimal_threshold``, else ``threshold_used``,
-        else :data:`DEFAULT_THRESHOLD`."""
-        calibrated = None if self.calibration is None else self.calibration["threshold"]
-        for value in (calibrated, self.val_optimal_threshold, self.threshold_used):
-            if value is not None:
-                return float(value)
-        return DEFAULT_THRESHOLD
+        """The value of :attr:`threshold_choice`."""
+        return self.threshold_choice.value
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for ``checkpoint[CHECKPOINT_KEY]``, in the oldest format that holds it."""

@@ -8,6 +8,7 @@ metrics; nothing here imports Lightning, so ``skinet export`` can write the card
 from __future__ import annotations
 
 import math
+import re
 import shlex
 import sys
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from skinet.checkpoints.threshold import Threshold, trained_threshold
 from skinet.config.experiment import ExperimentConfig
 from skinet.datasets.registry import get_layout
 
@@ -40,9 +42,49 @@ class CardInputs:
     init_from: Mapping[str, str | None] | None = None
     """The checkpoint a fine-tuned model started from (``checkpoint``, ``sha256``,
     ``mlflow_run_id``, ``experiment_name``); ``None`` when trained from scratch."""
+    threshold: Threshold | None = None
+    """The threshold the model predicts with; ``None``: the one the training run chose
+    (``test_threshold_used`` in ``metrics``)."""
 
 
 CALIBRATION_HEADING = "## Calibration"
+OUTPUT_LINE = "- Output: one logit per pixel; probability = sigmoid, lesion where probability >= "
+"""How the card's line on the prediction threshold starts."""
+_EVALUATED_AT = "test metrics at threshold"
+_SOURCE_NOTE = re.compile(r" \(the source model's threshold; .*\):$")
+
+
+def card_threshold(cfg: ExperimentConfig, inputs: CardInputs) -> Threshold:
+    """The threshold a card states: ``inputs.threshold``, else the training run's."""
+    if inputs.threshold is not None:
+        return inputs.threshold
+    metrics = inputs.metrics
+    chosen = metrics.get("test_threshold_used", metrics.get("val_optimal_threshold"))
+    return trained_threshold(cfg.train.optimal_threshold, chosen)
+
+
+def output_line(threshold: Threshold) -> str:
+    """The card's line on how a mask is made from the probabilities."""
+    return f"{OUTPUT_LINE}the threshold ({_figure(threshold.value)}: {threshold.origin})."
+
+
+def calibrate_card(text: str, threshold: Threshold) -> str:
+    """A model card stating a calibrated ``threshold``: its output line names it, the evaluation
+    says its figures are at the source model's threshold, and its ``## Calibration`` section
+    (one only) says where it was tuned."""
+    if threshold.calibration is None:
+        raise ValueError("calibrate_card needs a calibrated threshold")
+    lines = []
+    for line in text.split(CALIBRATION_HEADING)[0].rstrip("\n").splitlines():
+        if line.startswith(OUTPUT_LINE):
+            line = output_line(threshold)
+        elif _EVALUATED_AT in line and line.endswith(":"):
+            line = _SOURCE_NOTE.sub(":", line)[:-1] + (
+                " (the source model's threshold; this calibrated copy predicts at "
+                f"{_figure(threshold.value)}, see Calibration):"
+            )
+        lines.append(line)
+    return "\n".join(lines) + "\n\n" + calibration_section(threshold.calibration) + "\n"
 
 
 def checkpoint_card_path(path: Path) -> Path:
@@ -125,7 +167,7 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
     """The Markdown text of the model card of one run (or ensemble)."""
     data, model, train = cfg.data, cfg.model, cfg.train
     metrics = inputs.metrics
-    threshold = metrics.get("test_threshold_used", metrics.get("val_optimal_threshold"))
+    threshold = card_threshold(cfg, inputs)
     counts = ", ".join(f"{n} {name}" for name, n in inputs.split_counts.items())
     split_source = (
         f"`DATA_CONFIG.split_file: {data.split_file}`"
@@ -146,8 +188,7 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         f"- Binary skin-lesion segmentation, SkiNet UNet2D: {model.number_of_layers} levels, "
         f"{model.out_channels_layer1} channels in the first, encoder "
         f"`{model.encoder_residual_mode}`, merge `{model.merge_residual_mode}`.",
-        "- Output: one logit per pixel; probability = sigmoid, lesion where probability >= "
-        f"the threshold ({_figure(threshold)}).",
+        output_line(threshold),
         f"- Preprocessing: {'dark border cropped, ' if data.crop_dark_border else ''}"
         f"RGB resized to {data.image_size}x{data.image_size} "
         f"(`{data.resize_mode}`), colour constancy `{data.color_constancy}`, {normalisation}.",
@@ -198,7 +239,7 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         "",
         "## Evaluation",
         "",
-        f"{_validation_label(metrics)} and test metrics at threshold {_figure(threshold)}:",
+        f"{_validation_label(metrics)} and {_EVALUATED_AT} {_figure(threshold.value)}:",
         "",
         *_metrics_table(metrics, inputs.monitor),
         "",

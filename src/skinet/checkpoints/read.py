@@ -21,6 +21,7 @@ from torch import Tensor
 
 from skinet.checkpoints.format import CheckpointError, CheckpointPayload
 from skinet.checkpoints.state_dict import normalize_state_dict_keys
+from skinet.checkpoints.threshold import Threshold
 from skinet.config.errors import ConfigError
 from skinet.config.experiment import ExperimentConfig, parse_config
 from skinet.models.unet2d import UNet2D
@@ -57,8 +58,14 @@ class SkinetCheckpoint:
         return self.payload.threshold_used
 
     @property
+    def threshold_choice(self) -> Threshold:
+        """The threshold to predict with and its source
+        (:attr:`~skinet.checkpoints.format.CheckpointPayload.threshold_choice`)."""
+        return self.payload.threshold_choice
+
+    @property
     def threshold(self) -> float:
-        """``val_optimal_threshold``, else ``threshold_used``, else 0.5."""
+        """The value of :attr:`threshold_choice` (calibrated, else the training run's, else 0.5)."""
         return self.payload.threshold
 
 

@@ -267,7 +267,7 @@ def _tune_threshold(
         raise UsageError("--tune-threshold picks the threshold: do not give --threshold too")
     reference = float(predictor.threshold)
     tuned = tune_threshold(predictor, samples, args.threshold_selection, reference)
-    predictor.threshold = tuned.threshold
+    predictor.threshold_choice = tuned.as_threshold(where)
     kept = " (the model's own: no clear gain)" if tuned.kept_reference else ""
     left_out = f"; {len(tuned.failures)} left out, see above" if tuned.failures else ""
     print(

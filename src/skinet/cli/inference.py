@@ -60,7 +60,7 @@ def add_leak_option(parser: argparse.ArgumentParser) -> None:
 
 
 def build_predictor(args: argparse.Namespace) -> Any:
-    from skinet.inference.ensemble import build_predictor, describe_threshold
+    from skinet.inference.ensemble import build_predictor
 
     predictor = build_predictor(
         args.checkpoint,
@@ -71,7 +71,7 @@ def build_predictor(args: argparse.Namespace) -> Any:
         fill_holes=args.fill_holes,
         batch_size=args.batch_size,
     )
-    log.info("%s", describe_threshold(predictor, args.threshold))
+    log.info("%s", predictor.threshold_choice.describe())
     return predictor
 
 
@@ -90,7 +90,14 @@ def report_failures(failures: dict[Any, str], what: str, total: int) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     """Predict masks for a file or folder; 1 if any image failed."""
+    from skinet.inference.ensemble import resolve_checkpoints
     from skinet.inference.predict import check_unique_stems, list_images, predict_paths
+    from skinet.inference.predict_record import (
+        PREDICTIONS_FILE,
+        check_output_dir,
+        predictions_record,
+        write_predictions_record,
+    )
 
     paths = list_images(args.input)
     if not paths:
@@ -99,8 +106,11 @@ def run_predict(args: argparse.Namespace) -> int:
         check_unique_stems(paths)
     except ValueError as error:
         raise UsageError(str(error)) from None
+    check_output_dir(args.output, paths, overwrite=args.overwrite)
     predictor = build_predictor(args)
     log.info("threshold %.3f, %d image(s) -> %s", predictor.threshold, len(paths), args.output)
+    # Until this run's own record is written, the folder does not look complete.
+    (args.output / PREDICTIONS_FILE).unlink(missing_ok=True)
     report = predict_paths(
         predictor,
         paths,
@@ -109,8 +119,19 @@ def run_predict(args: argparse.Namespace) -> int:
         save_overlay=args.save_overlay,
         io_workers=args.io_workers,
     )
-    log.info("wrote %d mask(s) to %s", len(report.written), args.output)
-    report_failures({p.name: m for p, m in report.failures.items()}, "images", len(paths))
+    failures = {p.name: m for p, m in report.failures.items()}
+    record = predictions_record(
+        predictor,
+        resolve_checkpoints(args.checkpoint),
+        args.input,
+        len(paths),
+        len(report.written),
+        failures,
+        {"save_proba": args.save_proba, "save_overlay": args.save_overlay},
+    )
+    write_predictions_record(args.output, record)
+    log.info("wrote %d mask(s) and %s to %s", len(report.written), PREDICTIONS_FILE, args.output)
+    report_failures(failures, "images", len(paths))
     return report.exit_code
 
 
@@ -160,6 +181,11 @@ def add_predict_subcommand(subparsers: Any) -> None:
     )
     predict.add_argument(
         "-o", "--output", required=True, type=Path, help="folder for <stem>_mask.png"
+    )
+    predict.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into an --output folder that holds other files (e.g. the input images)",
     )
     add_model_options(predict)
     predict.add_argument(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
-import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,9 @@ from typing import Any
 import torch
 
 from skinet.checkpoints.format import CHECKPOINT_KEY, CheckpointError, CheckpointPayload
-from skinet.checkpoints.model_card import (
-    CALIBRATION_HEADING,
-    calibration_section,
-    checkpoint_card_path,
-    find_checkpoint_card,
-)
+from skinet.checkpoints.model_card import calibrate_card, checkpoint_card_path, find_checkpoint_card
 from skinet.checkpoints.read import read_checkpoint_file
+from skinet.checkpoints.threshold import calibrated_threshold
 from skinet.evaluation.tuning import TunedThreshold
 
 
@@ -86,14 +81,10 @@ def save_calibrated_checkpoint(
 
 
 def _write_card(source: Path, output: Path, calibration: dict[str, Any]) -> Path:
-    """The source's card (its run folder's, or the one beside it) plus a calibration section."""
+    """The source's card (its run folder's, or the one beside it) stating the calibrated
+    threshold, with a calibration section (a recalibrated copy states only its newest)."""
     card = checkpoint_card_path(output)
     found = find_checkpoint_card(source)
-    if found is not None:
-        shutil.copyfile(found, card)
-    else:
-        card.write_text(f"# Model card: {output.stem}\n")
-    # A recalibrated copy states only its newest calibration.
-    text = card.read_text().split(CALIBRATION_HEADING)[0].rstrip("\n")
-    card.write_text(text + "\n\n" + calibration_section(calibration) + "\n")
+    text = found.read_text() if found is not None else f"# Model card: {output.stem}\n"
+    card.write_text(calibrate_card(text, calibrated_threshold(calibration)))
     return card

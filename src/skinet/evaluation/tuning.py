@@ -1,26 +1,23 @@
-"""``skinet evaluate --tune-threshold``: a model's threshold chosen on labelled images, by the
-rule the training sweep uses (:func:`skinet.metrics.thresholds.select_threshold`)."""
+"""``skinet evaluate --tune-threshold``: a model's threshold chosen on labelled images by the
+training sweep itself (:class:`skinet.metrics.thresholds.ThresholdSweep`): the same counts, the
+same Dice (1 where mask and prediction are both empty), the same rule and ties."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
+from skinet.checkpoints.threshold import Threshold
 from skinet.datasets.layouts import Sample
 from skinet.evaluation.evaluate import UnscorableImage, read_labelled
 from skinet.imaging.errors import DatasetError
 from skinet.inference.predictor import Predictor
-from skinet.metrics.thresholds import (
-    THRESHOLDS,
-    compute_threshold_counts,
-    per_image_jaccard,
-    pooled_dice,
-    select_threshold,
-    with_reference,
-)
+from skinet.metrics.thresholds import ThresholdSweep
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +41,48 @@ class TunedThreshold:
     def kept_reference(self) -> bool:
         return self.reference is not None and self.threshold == self.reference
 
+    def as_threshold(self, tuned_on: str) -> Threshold:
+        """The tuned value as the predictor's :class:`Threshold` (source ``calibrated``)."""
+        record = {"threshold": self.threshold, "tuned_on": tuned_on}
+        record.update(num_images=self.num_images, pooled_dice=self.dice)
+        return Threshold(self.threshold, "calibrated", calibration=record)
+
+
+def tune_on_maps(
+    maps: Iterable[tuple[np.ndarray, np.ndarray]],
+    selection: str = "pooled_dice",
+    reference: float | None = None,
+) -> TunedThreshold:
+    """The threshold the training sweep chooses on ``(probabilities, mask)`` pairs of any sizes.
+
+    Args:
+        maps: Per image, float probabilities ``(H, W)`` in ``[0, 1]`` and a mask ``(H, W)``
+            (foreground where ``> 0``).
+        selection: ``pooled_dice``, ``per_image`` or ``guarded`` (see
+            :func:`~skinet.metrics.threshold_counts.select_threshold`).
+        reference: What ``guarded`` keeps unless the gain is clear (the checkpoint's own).
+
+    Raises:
+        ValueError: ``maps`` is empty.
+    """
+    guarded = reference if selection == "guarded" else None
+    sweep = ThresholdSweep(selection=selection, reference=guarded)
+    count = 0
+    for probs, mask in maps:
+        sweep.update(torch.from_numpy(probs)[None], torch.from_numpy(np.asarray(mask) > 0)[None])
+        count += 1
+    if count == 0:
+        raise ValueError("tuning the threshold needs at least one labelled image")
+    result = sweep.compute()
+    return TunedThreshold(
+        threshold=float(result.optimal_threshold),
+        dice=float(result.best_dice),
+        num_images=count,
+        selection=selection,
+        mean_jaccard=float(result.mean_iou_per_image),
+        reference=guarded,
+    )
+
 
 def tune_threshold(
     predictor: Predictor,
@@ -51,51 +90,45 @@ def tune_threshold(
     selection: str = "pooled_dice",
     reference: float | None = None,
 ) -> TunedThreshold:
-    """Sweep :data:`THRESHOLDS` over every image's probabilities at its own resolution and
-    choose as the training sweep does (``selection``; ties go to the highest threshold).
+    """Sweep the candidate thresholds over every image's probabilities at its own resolution
+    and choose as the training sweep does (:func:`tune_on_maps`; ties go to the highest).
 
     Args:
         predictor: The model (its post-processing is not applied while tuning).
         samples: Labelled images; those evaluation counts as failures
             (:func:`~skinet.evaluation.evaluate.read_labelled`) are left out and listed in
             ``failures``.
-        selection: ``pooled_dice``, ``per_image`` or ``guarded`` (see
-            :func:`~skinet.metrics.thresholds.select_threshold`).
-        reference: What ``guarded`` keeps unless the gain is clear (the checkpoint's own).
+        selection, reference: As :func:`tune_on_maps`.
+
+    Raises:
+        DatasetError: no image could be read.
     """
-    thresholds = with_reference(THRESHOLDS, reference if selection == "guarded" else None)
-    counts, failures = [], {}
-    for start in range(0, len(samples), predictor.batch_size):
-        pairs = []
-        for sample in samples[start : start + predictor.batch_size]:
-            try:
-                pairs.append(read_labelled(sample))
-            except UnscorableImage as error:  # a failure in the evaluation's reports too
-                failures[sample.id] = str(error)
-        if not pairs:
-            continue
-        probs = predictor.predict_proba_batch([image for image, _ in pairs])
-        for prob, (_, mask) in zip(probs, pairs, strict=True):
-            target = torch.from_numpy(mask).bool().flatten()[None]
-            prob_row = torch.from_numpy(prob).flatten()[None]
-            counts.append(compute_threshold_counts(prob_row, target, thresholds)[0])
+    failures: dict[str, str] = {}
+
+    def maps() -> Iterable[tuple[np.ndarray, np.ndarray]]:
+        for start in range(0, len(samples), predictor.batch_size):
+            pairs = []
+            for sample in samples[start : start + predictor.batch_size]:
+                try:
+                    pairs.append(read_labelled(sample))
+                except UnscorableImage as error:  # a failure in the evaluation's reports too
+                    failures[sample.id] = str(error)
+            if not pairs:
+                continue
+            probs = predictor.predict_proba_batch([image for image, _ in pairs])
+            for prob, (_, mask) in zip(probs, pairs, strict=True):
+                yield prob, mask
+
+    try:
+        tuned = tune_on_maps(maps(), selection, reference)
+    except ValueError as error:
+        raise DatasetError(
+            f"no image of the {len(samples)} given could be read to tune on"
+        ) from error
     if failures:
         log.warning(
             "tuning the threshold without %d image(s) that cannot be scored: %s",
             len(failures),
             "; ".join(f"{i}: {why}" for i, why in list(failures.items())[:3]),
         )
-    if not counts:
-        raise DatasetError(f"no image of the {len(samples)} given could be read to tune on")
-    per_image = torch.stack(counts)
-    dice = pooled_dice(per_image)
-    best = select_threshold(dice, per_image, thresholds, selection, reference)
-    return TunedThreshold(
-        threshold=float(thresholds[best]),
-        dice=float(dice[best]),
-        num_images=len(counts),
-        selection=selection,
-        mean_jaccard=float(per_image_jaccard(per_image)[:, best].mean()),
-        reference=reference if selection == "guarded" else None,
-        failures=failures,
-    )
+    return dataclasses.replace(tuned, failures=failures)

@@ -3,13 +3,13 @@
 Members must share their preprocessing (``image_size``, resize mode, padding, colour
 constancy, normalisation): every image is then preprocessed once and fed to every member, and
 the ensemble exports as one graph. Checkpoints trained differently are refused with the field
-that differs. The threshold is the mean of the members' thresholds unless one is given.
+that differs. The threshold is the mean of the members' thresholds unless one is given
+(:func:`skinet.checkpoints.threshold.ensemble_mean`).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from skinet.checkpoints.read import SkinetCheckpoint, build_model, load_checkpoint
+from skinet.checkpoints.threshold import Threshold, ensemble_mean
 from skinet.config.errors import UsageError
 from skinet.config.experiment import ExperimentConfig
 from skinet.imaging.preprocess import build_preprocessing
@@ -110,7 +111,8 @@ class EnsemblePredictor(Predictor):
     Args:
         models: The members (same preprocessing; see :func:`check_compatible`).
         config: The config of the first member (its preprocessing is everyone's).
-        member_thresholds: Each member's own threshold, reported with the ensemble's.
+        member_thresholds: Each member's own threshold (``threshold_choice.members`` when the
+            ensemble's is their mean).
         member_splits: Each member's split (:func:`split_of`); members trained on different
             splits (cv folds) make the first member's ``val`` and ``train`` splits leak.
         kwargs: As :class:`Predictor` (``threshold``, ``device``, ``tta``, ...).
@@ -120,7 +122,7 @@ class EnsemblePredictor(Predictor):
         self,
         models: Sequence[UNet2D],
         config: ExperimentConfig,
-        member_thresholds: Sequence[float] = (),
+        member_thresholds: Sequence[Threshold] = (),
         member_paths: Sequence[Path] = (),
         member_splits: Sequence[tuple[Any, ...]] = (),
         **kwargs: Any,
@@ -150,8 +152,8 @@ class EnsemblePredictor(Predictor):
         """Load the checkpoints (files or cv folders); threshold: the members' mean if ``None``."""
         checkpoints = [load_checkpoint(p) for p in resolve_checkpoints(paths)]
         check_compatible(checkpoints)
-        thresholds = [c.threshold for c in checkpoints]
-        chosen = statistics.fmean(thresholds) if threshold is None else threshold
+        thresholds = [c.threshold_choice for c in checkpoints]
+        chosen = ensemble_mean(thresholds) if threshold is None else Threshold.given(threshold)
         return cls(
             [build_model(c) for c in checkpoints],
             checkpoints[0].config,
@@ -206,22 +208,3 @@ def check_split_not_leaked(predictor: Predictor, split: str, allow_leak: bool) -
         "the out-of-fold scores `skinet cv` writes (<cv folder>/out_of_fold/summary.json); "
         "--allow-leak scores it anyway"
     )
-
-
-def describe_threshold(predictor: Predictor, given: float | None) -> str:
-    """Where the threshold came from, for the log and the reports."""
-    if given is not None:
-        return f"threshold {predictor.threshold:.3f} (--threshold)"
-    if isinstance(predictor, EnsemblePredictor):
-        members = ", ".join(f"{t:.3f}" for t in predictor.member_thresholds)
-        return (
-            f"ensemble of {len(predictor.members)} models, threshold {predictor.threshold:.3f} "
-            f"= mean of the members' thresholds ({members})"
-        )
-    if predictor.calibration is not None:
-        where = predictor.calibration.get("tuned_on", "labelled images")
-        count = predictor.calibration.get("num_images", "?")
-        return f"threshold {predictor.threshold:.3f} (calibrated on {where}, {count} images)"
-    if predictor.config.train.optimal_threshold is not None:
-        return f"threshold {predictor.threshold:.3f} (fixed by the checkpoint's TRAIN_CONFIG)"
-    return f"threshold {predictor.threshold:.3f} (the checkpoint's validation-optimal one)"

@@ -17,8 +17,6 @@ import importlib.util
 import io
 import json
 import logging
-import shutil
-import statistics
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import redirect_stdout
@@ -30,15 +28,15 @@ import torch
 from torch import Tensor, nn
 
 from skinet.checkpoints.model_card import (
-    CALIBRATION_HEADING,
     CardInputs,
     build_model_card,
-    calibration_section,
+    calibrate_card,
     checkpoint_card_path,
     find_checkpoint_card,
     invoked_command,
 )
 from skinet.checkpoints.read import SkinetCheckpoint, build_model, load_checkpoint
+from skinet.checkpoints.threshold import Threshold, ensemble_mean
 from skinet.imaging.preprocess import build_preprocessing
 from skinet.inference.options import DEFAULT_OPSET, DEFAULT_TOLERANCE, EXPORT_FORMATS, ExportFormat
 from skinet.models.unet2d import UNet2D
@@ -198,6 +196,7 @@ def build_sidecar(
     checkpoint: SkinetCheckpoint, fmt: ExportFormat, model: nn.Module, opset: int | None
 ) -> dict[str, Any]:
     """What a consumer needs to feed the exported graph and threshold its output."""
+    threshold = checkpoint.threshold_choice
     data = checkpoint.config.data
     return {
         "format": fmt,
@@ -216,7 +215,8 @@ def build_sidecar(
         "mean": list(data.mean),
         "std": list(data.std),
         "preprocessing": build_preprocessing(data).describe(),
-        "threshold": checkpoint.threshold,
+        "threshold": threshold.value,
+        "threshold_source": threshold.to_dict(),
         "checkpoint": str(checkpoint.path),
     }
 
@@ -263,8 +263,9 @@ def export_checkpoint(
     else:
         export_onnx(wrapper, example, output, opset)
     sidecar = build_sidecar(checkpoint, fmt, wrapper, opset)
+    threshold = ensemble_mean([c.threshold_choice for c in checkpoints])
     if len(checkpoints) > 1:
-        sidecar["threshold"] = statistics.fmean(c.threshold for c in checkpoints)
+        sidecar.update(threshold=threshold.value, threshold_source=threshold.to_dict())
         sidecar["checkpoint"] = [str(c.path) for c in checkpoints]
         sidecar["ensemble"] = "mean of the members' probabilities"
     parity: ParityResult | None = None
@@ -278,7 +279,7 @@ def export_checkpoint(
             "shapes": [list(s) for s in shapes],
         }
     sidecar_path(output).write_text(json.dumps(sidecar, indent=2))
-    write_export_card(checkpoints, output)
+    write_export_card(checkpoints, output, threshold)
     if parity is not None and not parity.passed:
         raise ExportError(
             f"parity check failed: max |exported - PyTorch| = {parity.max_abs_diff:.3g} > "
@@ -310,30 +311,38 @@ def card_path(output: Path) -> Path:
     return checkpoint_card_path(output)
 
 
-def write_export_card(checkpoints: Sequence[SkinetCheckpoint], output: Path) -> Path:
+def write_export_card(
+    checkpoints: Sequence[SkinetCheckpoint], output: Path, threshold: Threshold
+) -> Path:
     """For one checkpoint, its own card: the one beside it (a calibrated copy's), else its run
-    folder's; else a new card. A calibrated checkpoint's card always states its calibration."""
+    folder's; else a new card. A calibrated checkpoint's card states its calibrated threshold
+    (:func:`~skinet.checkpoints.model_card.calibrate_card`)."""
     path = card_path(output)
     first = checkpoints[0]
     found = find_checkpoint_card(first.path)
     if len(checkpoints) == 1 and found is not None:
-        shutil.copyfile(found, path)
+        text = found.read_text()
     else:
-        path.write_text(build_model_card(first.config, _export_card_inputs(checkpoints, output)))
-    calibration = first.payload.calibration
-    if len(checkpoints) == 1 and calibration and CALIBRATION_HEADING not in path.read_text():
-        path.write_text(path.read_text().rstrip("\n") + "\n\n" + calibration_section(calibration))
+        # A calibrated copy's card is the source's, calibrated below.
+        trained = first.payload.trained_threshold if len(checkpoints) == 1 else threshold
+        text = build_model_card(first.config, _export_card_inputs(checkpoints, output, trained))
+    if threshold.source == "calibrated":
+        text = calibrate_card(text, threshold)
+    path.write_text(text)
     return path
 
 
-def _export_card_inputs(checkpoints: Sequence[SkinetCheckpoint], output: Path) -> CardInputs:
+def _export_card_inputs(
+    checkpoints: Sequence[SkinetCheckpoint], output: Path, threshold: Threshold
+) -> CardInputs:
     first = checkpoints[0]
     return CardInputs(
         run_name=output.stem,
-        metrics={"test_threshold_used": statistics.fmean(c.threshold for c in checkpoints)},
+        metrics={},
         monitor=first.config.sweep.monitor,
         split_counts={},
         members=[str(c.path) for c in checkpoints] if len(checkpoints) > 1 else [],
         checkpoint=str(first.path) if len(checkpoints) == 1 else None,
         command=invoked_command(),
+        threshold=threshold,
     )

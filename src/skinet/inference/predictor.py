@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from skinet.checkpoints.read import build_model, load_checkpoint
+from skinet.checkpoints.threshold import DEFAULT_THRESHOLD, Threshold
 from skinet.config.experiment import ExperimentConfig
 from skinet.imaging.normalize import Normalizer, build_normalizer
 from skinet.imaging.preprocess import (
@@ -65,7 +66,8 @@ class Predictor:
     Args:
         model: The trained network (returns logits).
         config: The experiment config it was trained with (``image_size``, normalisation).
-        threshold: Probability cutoff; a pixel is lesion iff ``proba >= threshold``.
+        threshold: Probability cutoff; a pixel is lesion iff ``proba >= threshold``. A number
+            is recorded as given (``Threshold.given``); a :class:`Threshold` keeps its source.
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"mps"`` or a ``torch.device``.
         tta: Average probabilities over horizontal, vertical and both flips.
         keep_largest: Keep only the largest connected component of each mask.
@@ -81,20 +83,21 @@ class Predictor:
         self,
         model: UNet2D,
         config: ExperimentConfig,
-        threshold: float = 0.5,
+        threshold: float | Threshold = DEFAULT_THRESHOLD,
         device: str | torch.device = "auto",
         tta: bool = False,
         keep_largest: bool = False,
         fill_holes: bool = False,
         batch_size: int = 8,
     ) -> None:
-        if not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.device = resolve_device(device)
         self.config = config
-        self.threshold = float(threshold)
+        # The one record of the threshold and where it came from (predictions.json, the log).
+        self.threshold_choice = (
+            threshold if isinstance(threshold, Threshold) else Threshold.given(threshold)
+        )
         self.tta = tta
         self.keep_largest = keep_largest
         self.fill_holes = fill_holes
@@ -103,8 +106,6 @@ class Predictor:
         self.normalizer: Normalizer = build_normalizer(config)
         # Any user's files at any size: decoded in full, as the export sidecar describes.
         self.preprocessing: Preprocessing = build_preprocessing(config).with_full_decode()
-        # Where a calibrated checkpoint's threshold was tuned (skinet.evaluation.calibration).
-        self.calibration: dict[str, Any] | None = None
         self.channels_last = uses_channels_last(
             config.train.channels_last, config.model.norm, self.device.type
         )
@@ -131,10 +132,18 @@ class Predictor:
             kwargs: ``tta``, ``keep_largest``, ``fill_holes``, ``batch_size``.
         """
         checkpoint = load_checkpoint(path)
-        chosen = checkpoint.threshold if threshold is None else threshold
-        predictor = cls(build_model(checkpoint), checkpoint.config, chosen, device, **kwargs)  # type: ignore[arg-type]
-        predictor.calibration = checkpoint.payload.calibration
-        return predictor
+        chosen = checkpoint.threshold_choice if threshold is None else Threshold.given(threshold)
+        return cls(build_model(checkpoint), checkpoint.config, chosen, device, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def threshold(self) -> float:
+        """The probability cutoff (:attr:`threshold_choice`'s value)."""
+        return self.threshold_choice.value
+
+    @property
+    def calibration(self) -> Mapping[str, Any] | None:
+        """Where a calibrated checkpoint's threshold was tuned (``None`` otherwise)."""
+        return self.threshold_choice.calibration
 
     def preprocess(self, image: np.ndarray) -> np.ndarray:
         """uint8 RGB ``(H, W, 3)`` -> normalised float32 ``(3, S, S)`` at ``image_size``."""

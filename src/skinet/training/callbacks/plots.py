@@ -20,6 +20,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, SequentialSampler
 
+from skinet.checkpoints.threshold import DEFAULT_THRESHOLD
 from skinet.evaluation.figures import (
     CURVES,
     plot_learning_curves,
@@ -244,7 +245,9 @@ class TrainingPlotsCallback(Callback):
         )
         if threshold is None:
             threshold = (
-                float(pl_module.threshold_used) if isinstance(pl_module, ThresholdedModule) else 0.5
+                float(pl_module.threshold_used)
+                if isinstance(pl_module, ThresholdedModule)
+                else DEFAULT_THRESHOLD
             )
         current = None
         if state_dict is not None:

@@ -1,0 +1,138 @@
+"""The probability threshold a model predicts with, and where it came from.
+
+One value object, :class:`Threshold`, is made once from a checkpoint
+(:attr:`skinet.checkpoints.format.CheckpointPayload.threshold_choice`) or from the user's
+``--threshold``; the predictor, the ensemble, the export sidecar, the model card and
+``predictions.json`` all read it. The order in which a checkpoint's records decide it:
+
+1. ``calibrated``: tuned on one's own labelled images (``skinet evaluate --tune-threshold
+   --save-calibrated``);
+2. ``fixed``: ``TRAIN_CONFIG.optimal_threshold`` fixed it in training (or ``--threshold`` was
+   given, ``set_by`` says which);
+3. ``validation sweep``: the threshold the training run chose on its validation set;
+4. ``default``: :data:`DEFAULT_THRESHOLD` when the checkpoint records none.
+
+An ensemble's threshold is ``ensemble mean``: the mean of its members' (:func:`ensemble_mean`).
+This module imports neither torch nor Lightning.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+DEFAULT_THRESHOLD = 0.5
+"""Probability threshold when a checkpoint records none."""
+
+ThresholdSource = Literal["calibrated", "fixed", "validation sweep", "default", "ensemble mean"]
+GIVEN = "--threshold"
+"""``Threshold.set_by`` of a threshold the user gave."""
+TRAIN_FIXED = "TRAIN_CONFIG.optimal_threshold"
+"""``Threshold.set_by`` of a threshold fixed in the training config."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A pixel is lesion iff ``probability >= value``; ``source`` says why this value.
+
+    Attributes:
+        value: The threshold in ``[0, 1]``.
+        source: ``calibrated``, ``fixed``, ``validation sweep``, ``default`` or
+            ``ensemble mean`` (see the module docs).
+        set_by: For ``fixed``: ``--threshold`` or ``TRAIN_CONFIG.optimal_threshold``.
+        calibration: For ``calibrated``: the checkpoint's calibration record (``tuned_on``,
+            ``num_images``, ``source_threshold``, ...).
+        members: For ``ensemble mean``: each member's threshold.
+    """
+
+    value: float
+    source: ThresholdSource
+    set_by: str | None = None
+    calibration: Mapping[str, Any] | None = field(default=None, hash=False)
+    members: tuple[Threshold, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.value <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {self.value}")
+
+    @classmethod
+    def given(cls, value: float) -> Threshold:
+        """A threshold the user gave (``--threshold``, or ``Predictor(threshold=...)``)."""
+        return cls(float(value), "fixed", set_by=GIVEN)
+
+    @property
+    def origin(self) -> str:
+        """Where the value came from, in words (without the value)."""
+        if self.source == "calibrated":
+            calibration = self.calibration or {}
+            where = calibration.get("tuned_on", "labelled images")
+            return f"calibrated on {where}, {calibration.get('num_images', '?')} images"
+        if self.source == "fixed":
+            return GIVEN if self.set_by == GIVEN else "fixed by the checkpoint's TRAIN_CONFIG"
+        if self.source == "validation sweep":
+            return "the checkpoint's validation-optimal one"
+        if self.source == "ensemble mean":
+            values = ", ".join(f"{member.value:.3f}" for member in self.members)
+            return f"mean of the members' thresholds ({values})"
+        return "the default: the checkpoint records none"
+
+    def describe(self) -> str:
+        """One line for the log: ``threshold 0.460 (calibrated on ..., 12 images)``."""
+        if self.source == "ensemble mean":
+            return (
+                f"ensemble of {len(self.members)} models, threshold {self.value:.3f} "
+                f"= {self.origin}"
+            )
+        return f"threshold {self.value:.3f} ({self.origin})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON records (``predictions.json``, the export sidecar)."""
+        data: dict[str, Any] = {"value": self.value, "source": self.source}
+        if self.set_by is not None:
+            data["set_by"] = self.set_by
+        if self.calibration is not None:
+            keys = ("tuned_on", "num_images", "source_checkpoint", "source_threshold", "created")
+            data["calibration"] = {k: self.calibration[k] for k in keys if k in self.calibration}
+        if self.members:
+            data["members"] = [member.to_dict() for member in self.members]
+        return data
+
+
+def trained_threshold(
+    fixed: float | None, swept: float | None, used: float | None = None
+) -> Threshold:
+    """The threshold a training run left.
+
+    Args:
+        fixed: ``TRAIN_CONFIG.optimal_threshold`` (names the source ``fixed`` when set).
+        swept: The threshold the run chose on its validation set (``val_optimal_threshold``).
+        used: The threshold the run applied last (a run without a finished validation applied
+            :data:`DEFAULT_THRESHOLD`, or ``fixed``).
+    """
+    value = next((v for v in (swept, used, fixed) if v is not None), None)
+    if fixed is not None:
+        return Threshold(float(fixed if value is None else value), "fixed", set_by=TRAIN_FIXED)
+    if swept is not None:
+        return Threshold(float(swept), "validation sweep")
+    return Threshold(DEFAULT_THRESHOLD if value is None else float(value), "default")
+
+
+def calibrated_threshold(calibration: Mapping[str, Any]) -> Threshold:
+    """The threshold of a calibration record (``calibration["threshold"]``)."""
+    return Threshold(float(calibration["threshold"]), "calibrated", calibration=calibration)
+
+
+def ensemble_mean(members: Sequence[Threshold]) -> Threshold:
+    """An ensemble's threshold: the mean of its members' (one member: its own).
+
+    Raises:
+        ValueError: ``members`` is empty.
+    """
+    if not members:
+        raise ValueError("an ensemble needs at least one member threshold")
+    if len(members) == 1:
+        return members[0]
+    mean = statistics.fmean(member.value for member in members)
+    return Threshold(mean, "ensemble mean", members=tuple(members))

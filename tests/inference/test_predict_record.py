@@ -1,0 +1,130 @@
+"""``predictions.json``: the threshold, its source and the checkpoint that made the masks; and
+the output folders ``skinet predict`` agrees to write into."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from tests.helpers.inference import run_cli, write_rgb
+
+from skinet import __version__
+from skinet.checkpoints.read import load_checkpoint
+from skinet.evaluation.calibration import save_calibrated_checkpoint
+from skinet.inference.predict_record import PREDICTIONS_FILE
+
+CALIBRATED = 0.3
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> Path:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i, (height, width) in enumerate([(40, 52), (37, 37), (60, 45)]):
+        write_rgb(folder / f"img{i}.png", height, width, seed=i)
+    return folder
+
+
+@pytest.fixture
+def calibrated_checkpoint(tmp_path: Path, trained_checkpoint: Path) -> Path:
+    source = load_checkpoint(trained_checkpoint)
+    assert source.threshold != CALIBRATED  # else a record of the source's would pass too
+    record = {"threshold": CALIBRATED, "tuned_on": "/clinic/images", "num_images": 4}
+    record.update(source_checkpoint=str(trained_checkpoint), source_threshold=source.threshold)
+    return save_calibrated_checkpoint(trained_checkpoint, tmp_path / "clinic.ckpt", record)
+
+
+def _predict(checkpoint: Path, images: Path, output: Path, *extra: str) -> dict:
+    argv = ["predict", "--checkpoint", str(checkpoint), "--input", str(images)]
+    argv += ["--output", str(output), "--device", "cpu", "--save-proba", "npy", *extra]
+    assert run_cli(argv) == 0
+    record = json.loads((output / PREDICTIONS_FILE).read_text())
+    # The masks are the probabilities at the recorded threshold.
+    threshold = record["threshold"]["value"]
+    for proba in sorted(output.glob("*_proba.npy")):
+        mask = cv2.imread(str(output / proba.name.replace("_proba.npy", "_mask.png")), 0) > 0
+        assert np.array_equal(mask, np.load(proba) >= threshold), proba.name
+    return record
+
+
+@pytest.mark.parametrize("kind", ["plain", "calibrated", "given"])
+def test_predictions_json_holds_the_threshold_and_source_that_made_the_masks(
+    tmp_path: Path,
+    trained_checkpoint: Path,
+    calibrated_checkpoint: Path,
+    images: Path,
+    kind: str,
+) -> None:
+    checkpoint = calibrated_checkpoint if kind == "calibrated" else trained_checkpoint
+    extra = ["--threshold", "0.7", "--tta", "--keep-largest"] if kind == "given" else []
+    record = _predict(checkpoint, images, tmp_path / "out", *extra)
+    threshold = record["threshold"]
+    if kind == "plain":
+        own = load_checkpoint(trained_checkpoint)
+        assert threshold == {"value": own.threshold, "source": "validation sweep"}
+        assert own.threshold == own.val_optimal_threshold
+    elif kind == "calibrated":
+        assert threshold["value"] == CALIBRATED and threshold["source"] == "calibrated"
+        assert threshold["calibration"]["tuned_on"] == "/clinic/images"
+        assert threshold["calibration"]["num_images"] == 4
+    else:
+        assert threshold == {"value": 0.7, "source": "fixed", "set_by": "--threshold"}
+    assert record["tta"] is (kind == "given")
+    assert record["post_processing"] == {"keep_largest": kind == "given", "fill_holes": False}
+    [entry] = record["checkpoints"]
+    assert entry["path"] == str(checkpoint.resolve())
+    assert entry["sha256"] == hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    config = load_checkpoint(checkpoint).config.data
+    assert record["preprocessing"]["image_size"] == config.image_size
+    assert record["preprocessing"]["normalization_mode"] == config.normalization_mode
+    assert record["skinet_version"] == __version__
+    assert record["num_images"] == record["num_masks"] == 3 and record["failures"] == {}
+    assert record["outputs"]["save_proba"] == "npy" and not list(tmp_path.glob("out/.*"))
+
+
+def test_an_ensembles_record_lists_its_members_and_their_mean(
+    tmp_path: Path, trained_checkpoint: Path, calibrated_checkpoint: Path, images: Path
+) -> None:
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), str(calibrated_checkpoint)]
+    argv += ["--input", str(images), "--output", str(tmp_path / "out"), "--device", "cpu"]
+    assert run_cli(argv) == 0
+    record = json.loads((tmp_path / "out" / PREDICTIONS_FILE).read_text())
+    members = record["threshold"]["members"]
+    assert [m["source"] for m in members] == ["validation sweep", "calibrated"]
+    assert record["threshold"]["source"] == "ensemble mean"
+    assert record["threshold"]["value"] == pytest.approx((members[0]["value"] + CALIBRATED) / 2)
+    assert [c["path"] for c in record["checkpoints"]] == [
+        str(p.resolve()) for p in (trained_checkpoint, calibrated_checkpoint)
+    ]
+
+
+def test_predict_refuses_a_folder_of_files_it_did_not_write(
+    tmp_path: Path, trained_checkpoint: Path, images: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    truth = tmp_path / "truth"
+    truth.mkdir()
+    for i in range(3):
+        (truth / f"img{i}_mask.png").write_bytes(b"hand-drawn")
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--input", str(images)]
+    argv += ["--device", "cpu"]
+    # The ground-truth masks and the input images are kept.
+    for output in (truth, images):
+        before = {p.name: p.read_bytes() for p in output.iterdir()}
+        assert run_cli([*argv, "--output", str(output)]) == 2
+        assert {p.name: p.read_bytes() for p in output.iterdir()} == before
+        assert f"--output {output}" in caplog.text and "--overwrite" in caplog.text
+    # A folder a previous prediction wrote is reused: its masks are replaced.
+    out = tmp_path / "out"
+    assert run_cli([*argv, "--output", str(out)]) == 0
+    first = json.loads((out / PREDICTIONS_FILE).read_text())
+    assert run_cli([*argv, "--output", str(out), "--threshold", "0.9"]) == 0
+    again = json.loads((out / PREDICTIONS_FILE).read_text())
+    assert first["threshold"]["source"] != "fixed" and again["threshold"]["value"] == 0.9
+    # --overwrite writes among other files, and the folder is then SkiNet's.
+    assert run_cli([*argv, "--output", str(truth), "--overwrite"]) == 0
+    assert (truth / "img0_mask.png").read_bytes() != b"hand-drawn"
+    assert (truth / PREDICTIONS_FILE).is_file()
