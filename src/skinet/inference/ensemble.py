@@ -261,8 +261,8 @@ def check_split_not_leaked(predictor: Predictor, split: str, allow_leak: bool) -
     alternative = (
         "score members trained on one split, or each member on its own"
         if split == "test"
-        else "use --split test, or the out-of-fold scores `skinet cv` writes "
-        "(<cv folder>/out_of_fold/summary.json)"
+        else "use --split test (the out-of-fold scores `skinet cv` writes, "
+        "<cv folder>/out_of_fold/summary.json, are the folds' own validation figures)"
     )
     raise ValueError(
         f"--split {split} of this ensemble is leaked: {which} (the first member's split is "
