@@ -58,6 +58,12 @@ def test_members_carved_otherwise_leak_the_test_split(
         assert run_cli([*argv, "--split", "test"]) == 2
     assert "training or validation images of member" in caplog.text
     assert not (output / "summary.json").exists()
+    # --allow-leak scores it, and says why its scores are optimistic.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert run_cli([*argv, "--split", "test", "--allow-leak", "--gallery", "0"]) == 0
+    assert "--allow-leak: the scores of split 'test' are optimistic" in caplog.text
+    assert (output / "summary.json").is_file()
 
 
 def test_members_without_a_recorded_split_are_compared_by_their_split_settings(
