@@ -3,13 +3,18 @@
 Usage::
 
     python benchmarks/bench_framework_overhead.py                 # ~2-4 minutes on 2 CPU cores
-    python benchmarks/bench_framework_overhead.py --rounds 5 --epochs 4 --num-train 128
+    # the goal's run (benchmarks/README.md): about 5-8 minutes on 2 CPU cores
+    python benchmarks/bench_framework_overhead.py --variants skinet --num-train 256 --epochs 2 \
+        --rounds 6
     python benchmarks/bench_framework_overhead.py --variants skinet skinet-nolog lightning-min
 
 Both sides train the same ``UNet2D`` (from ``--config``, else the default config; same seed, so
 the same initial weights) with AdamW (``TRAIN_CONFIG.lr`` / ``weight_decay``) and
-``build_loss(TRAIN_CONFIG.loss_name)``, on the *same* ``DataLoader`` object (``build_dataloaders``
-on a synthetic dataset, RAM cache on, the config's workers, persistent). Variants:
+``build_loss(TRAIN_CONFIG.loss_name)``, in the same memory format (``TRAIN_CONFIG.channels_last``
+as SkiNet resolves it for the model's norm and device, ``uses_channels_last``: with ``null``,
+``channels_last`` for batch norm on a CPU; checked after every fit), on the *same*
+``DataLoader`` object (``build_dataloaders`` on a synthetic dataset, RAM cache on, the config's
+workers, persistent). Variants:
 
 * ``bare``: ``model.train(); for images, masks in loader: zero_grad(set_to_none=True);
   loss_fn(model(images), masks).backward(); optimizer.step()`` (always measured);
@@ -130,6 +135,7 @@ def main() -> None:
     from skinet.checkpoints.state_dict import compile_model
     from skinet.config.experiment import parse_config
     from skinet.metrics.losses import build_loss
+    from skinet.models.layers import uses_channels_last
     from skinet.models.unet2d import UNet2D
     from skinet.training.callbacks.setup import setup_logging_and_callbacks
     from skinet.training.data.loaders import build_dataloaders
@@ -197,6 +203,8 @@ def main() -> None:
         return parse_config(raw, "bench_framework_overhead")
 
     cfg = make_config("bare", 0)
+    # The layout LightningModel resolves for this model on this device: both sides use it.
+    channels_last = uses_channels_last(cfg.train.channels_last, cfg.model.norm, device.type)
     torch.use_deterministic_algorithms(False)
     started = time.perf_counter()
     loaders = build_dataloaders(cfg)  # generates the synthetic set; the RAM cache is filled here
@@ -211,7 +219,8 @@ def main() -> None:
         f"({len(loaders.train_dataset)} images, cache on, {loader.num_workers} workers); "
         f"loss {cfg.train.loss_name}, AdamW lr={cfg.train.lr} wd={cfg.train.weight_decay}; "
         f"{args.epochs} epochs/variant/round (1st dropped), {args.rounds} rounds; "
-        f"deterministic=False, precision=32-true, channels_last={cfg.train.channels_last}\n"
+        f"deterministic=False, precision=32-true, channels_last={channels_last} (TRAIN_CONFIG: "
+        f"{cfg.train.channels_last}, norm {cfg.model.norm})\n"
         f"data ready in {time.perf_counter() - started:.1f} s; load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         flush=True,
@@ -220,7 +229,7 @@ def main() -> None:
     def run_bare() -> Measurement:
         torch.manual_seed(cfg.train.seed)
         model: torch.nn.Module = UNet2D(**cfg.model.model_dump())
-        memory_format = torch.channels_last if cfg.train.channels_last else torch.preserve_format
+        memory_format = torch.channels_last if channels_last else torch.preserve_format
         model = model.to(device, memory_format=memory_format)
         if cfg.train.use_torch_compile:
             model = compile_model(model, cfg.train.torch_compile_backend)
@@ -237,7 +246,7 @@ def main() -> None:
             for images, masks in loader:
                 images = images.to(device, non_blocking=True)
                 masks = masks.to(device, non_blocking=True)
-                if cfg.train.channels_last:
+                if channels_last:
                     images = images.contiguous(memory_format=torch.channels_last)
                 optimizer.zero_grad(set_to_none=True)
                 loss = loss_fn(model(images), masks)
@@ -330,6 +339,11 @@ def main() -> None:
         loop_s = [e - s for s, e in zip(timer.starts, timer.loop_ends, strict=True)]
         if len(epoch_s) != args.epochs:
             raise RuntimeError(f"{variant}: {len(epoch_s)} epochs ran, expected {args.epochs}")
+        if model.channels_last != channels_last:  # the ratio would measure the layout
+            raise RuntimeError(
+                f"{variant} trained with channels_last={model.channels_last}, the bare loop "
+                f"with {channels_last}"
+            )
         fixed_s = fit_s - sum(epoch_s) - sum(timer.val_s)
         return Measurement(epoch_s[1:], timer.images[1:], loop_s[1:], fixed_s)
 
@@ -373,7 +387,7 @@ def main() -> None:
         "\nbatch-loop ratio: first batch to last batch of each epoch only (per-step overhead);"
         "\nepoch-end work (checkpoints, epoch metrics, logger writes) weighs less in longer epochs."
         f"\ngoal: whole epochs ratio >= {GOAL:.2f} and batch loops ratio >= {LOOP_GOAL:.2f} "
-        "(use --num-train 512 and at least 5 rounds)"
+        "(run --variants skinet --num-train 256 --epochs 2 --rounds 6)"
     )
     for variant in args.variants:
         ratio = statistics.median(m.images_per_sec for m in results[variant]) / bare

@@ -17,8 +17,10 @@ the budget, then, on the run's best checkpoint:
 - ``skinet evaluate --split val --external NAME=IMAGES:MASKS ...``: the validation split and
   every ``--external`` labelled folder (images from sources the model never trained on, such as
   another clinic's), mean per-image Jaccard at the original resolution, as ``skinet predict``
-  produces it. Candidates are ranked by the **real-image mean**: the mean over validation and
-  the external sets.
+  produces it. Candidates are ranked by the **mean of set means**: each set's mean per-image
+  Jaccard, averaged with every set counting once whatever its size (not a pooled per-image
+  mean). Only cells scored on every set of their budget are ranked; a cell scored before an
+  ``--external`` set was given is listed after them, marked, until ``--rescore`` scores it.
 - ``skinet robustness --split val``: the synthetic shift report (``mean_shifted_jaccard``),
   printed beside it as a diagnostic. It does not rank: on a real other clinic's images it has
   picked the wrong recipe (``docs/results.md``).
@@ -313,7 +315,8 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
 
 
 def summarise(cells: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Seed means per (budget, candidate), best real-image mean first, deltas to baseline."""
+    """Seed means per (budget, candidate), deltas to baseline; the rows scored on every set of
+    their budget first, best mean of set means first, then the others (``missing_sets``)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in cells.values():
         if row.get("status") == "done":
@@ -328,7 +331,7 @@ def summarise(cells: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 "candidate": candidate,
                 "seeds": [r["seed"] for r in runs],
                 "clean": statistics.fmean(r["clean_val_jaccard"] for r in runs),
-                # Cells scored before external sets existed rank by validation alone.
+                # A cell scored before external sets existed has val alone (marked below).
                 "real": statistics.fmean(
                     r.get("real_mean_jaccard", r["clean_val_jaccard"]) for r in runs
                 ),
@@ -345,16 +348,29 @@ def summarise(cells: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 "epochs": statistics.fmean(r["epochs"] or 0 for r in runs),
                 "images_per_second": _mean(runs, "images_per_second"),
                 "per_seed": [(r["clean_val_jaccard"], r["shifted_mean_jaccard"]) for r in runs],
+                "scored_sets": set.intersection(*(_scored_sets(r) for r in runs)),
             }
         )
+    budget_sets: dict[str, set[str]] = {}
+    for row in rows:
+        budget_sets.setdefault(row["budget"], set()).update(row["scored_sets"])
+    for row in rows:
+        row["missing_sets"] = sorted(budget_sets[row["budget"]] - row.pop("scored_sets"))
     baselines = {r["budget"]: r for r in rows if r["candidate"] == "baseline"}
     for row in rows:
         base = baselines.get(row["budget"])
         for key in ("real", "clean", "shifted"):
             missing = base is None or row[key] is None or base[key] is None
+            if key == "real" and not missing:  # set means of other sets do not compare
+                missing = bool(row["missing_sets"] or base["missing_sets"])
             row[f"d_{key}"] = None if missing else row[key] - base[key]
-    rows.sort(key=lambda r: (r["budget"], -r["real"]))
+    rows.sort(key=lambda r: (r["budget"], bool(r["missing_sets"]), -r["real"]))
     return rows
+
+
+def _scored_sets(row: dict[str, Any]) -> set[str]:
+    """The sets a cell was scored on: validation and its external sets at scoring time."""
+    return {"val", *(row.get("external_jaccard") or {})}
 
 
 def _signed(value: float | None) -> str:
@@ -366,13 +382,13 @@ def _figure(value: float | None, digits: int = 4) -> str:
 
 
 def markdown_table(cells: dict[str, dict[str, Any]]) -> str:
-    """The study table: one line per (budget, candidate), best real-image mean first."""
+    """The study table: one line per (budget, candidate), ranked as :func:`summarise` ranks."""
     rows = summarise(cells)
     names = sorted({name for row in rows for name in row["externals"]})
     lines = [
-        "| budget | candidate | seeds | real-image mean | val Jaccard | "
+        "| budget | candidate | seeds | mean of set means | val Jaccard | "
         + "".join(f"{name} | " for name in names)
-        + "Δ real | val area ratio | shift report (diagnostic) | Δ shifted | epochs | "
+        + "Δ mean of sets | val area ratio | shift report (diagnostic) | Δ shifted | epochs | "
         "images/s | per seed (val / shifted) |",
         "|---|---|---|---|---|" + "---|" * len(names) + "---|---|---|---|---|---|---|",
     ]
@@ -380,17 +396,24 @@ def markdown_table(cells: dict[str, dict[str, Any]]) -> str:
         per_seed = "; ".join(f"{c:.4f} / {_figure(s)}" for c, s in row["per_seed"])
         seeds = ",".join(str(s) for s in row["seeds"])
         externals = "".join(f"{_figure(row['externals'].get(name))} | " for name in names)
+        candidate = row["candidate"]
+        if row["missing_sets"]:
+            candidate += f" (not ranked: not scored on {', '.join(row['missing_sets'])})"
         lines.append(
-            f"| {row['budget']} | {row['candidate']} | {seeds} | {row['real']:.4f} | "
+            f"| {row['budget']} | {candidate} | {seeds} | {row['real']:.4f} | "
             f"{row['clean']:.4f} | {externals}{_signed(row['d_real'])} | "
             f"{_figure(row['area_ratio'], 2)} | {_figure(row['shifted'])} | "
             f"{_signed(row['d_shifted'])} | {row['epochs']:.1f} | "
             f"{_figure(row['images_per_second'], 1)} | {per_seed} |"
         )
     note = (
-        "\nMeans over seeds. Real-image mean: mean per-image Jaccard over the validation split "
-        "and every external set, at the original resolution; the table is ranked by it. Δ "
-        "against `baseline` at the same budget. The shift report is synthetic and only a "
+        "\nMeans over seeds. Mean of set means: the mean per-image Jaccard (at the original "
+        "resolution) of the validation split and of each external set, averaged with every set "
+        "counting once whatever its number of images; not a pooled per-image mean. The table "
+        "is ranked by it among the rows scored on every set of their budget; a row marked "
+        "'not ranked' was scored before an external set was given (its figure covers fewer "
+        "sets): score it again with --rescore and the same --external sets. Δ against "
+        "`baseline` at the same budget. The shift report is synthetic and only a "
         "diagnostic. Area ratio: median predicted / true lesion area. Images/s: training "
         "images x epochs / fit time (validation included).\n"
     )
@@ -564,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"[fail] {key}: {row['error']}")
             else:
                 print(
-                    f"[done] {key}: real-image mean {row['real_mean_jaccard']:.4f} (val "
+                    f"[done] {key}: mean of set means {row['real_mean_jaccard']:.4f} (val "
                     f"{row['clean_val_jaccard']:.4f}), shift report "
                     f"{_figure(row['shifted_mean_jaccard'])}, {row['epochs']} epochs"
                 )

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import yaml
@@ -116,3 +117,35 @@ def test_candidates_combine_options_and_reject_unknown_ones(tmp_path: Path) -> N
     with pytest.raises(SystemExit, match="transforms file not found"):
         study.candidate_overrides("robust_aug", study.OPTIONS, tmp_path / "missing.yaml")
     assert study.budget_tag("00:00:15:00") == "15min" and study.budget_tag("00:00:00:30") == "30s"
+
+
+def test_cells_scored_on_fewer_sets_are_marked_and_not_ranked_above_the_others() -> None:
+    study = _load_script()
+
+    def cell(candidate: str, val: float, externals: dict[str, float]) -> dict[str, Any]:
+        real = (val + sum(externals.values())) / (1 + len(externals))
+        return {
+            "status": "done",
+            "budget": "b5m",
+            "candidate": candidate,
+            "seed": 1,
+            "clean_val_jaccard": val,
+            "external_jaccard": externals,
+            "real_mean_jaccard": real,
+            "shifted_mean_jaccard": None,
+            "epochs": 1,
+        }
+
+    cells = {
+        "baseline": cell("baseline", 0.8, {"clinic": 0.5}),  # mean of set means 0.65
+        "instance": cell("instance", 0.7, {"clinic": 0.7}),  # 0.7: the best ranked
+        "early": cell("early", 0.9, {}),  # scored before --external clinic: val alone, 0.9
+    }
+    rows = study.summarise(cells)
+    assert [r["candidate"] for r in rows] == ["instance", "baseline", "early"]
+    assert rows[2]["missing_sets"] == ["clinic"] and rows[2]["d_real"] is None
+    assert rows[0]["d_real"] == pytest.approx(0.05)
+    table = study.markdown_table(cells)
+    assert "| early (not ranked: not scored on clinic) |" in table
+    assert "mean of set means" in table.splitlines()[0]
+    assert "not a pooled per-image mean" in table

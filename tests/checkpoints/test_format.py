@@ -16,7 +16,6 @@ from tests.helpers.inference import write_rgb
 from skinet.checkpoints.format import (
     CHECKPOINT_KEY,
     FORMAT_VERSION,
-    UNCALIBRATED_FORMAT_VERSION,
     CheckpointError,
     CheckpointPayload,
 )
@@ -37,7 +36,7 @@ def test_payload_round_trips_through_plain_data() -> None:
         "val_optimal_threshold": 0.4,
         "threshold_used": 0.45,
         "mlflow_run_id": "run-1",
-        "format_version": UNCALIBRATED_FORMAT_VERSION,
+        "format_version": FORMAT_VERSION,
     }
     assert CheckpointPayload.from_dict(raw) == payload
     assert payload.threshold == 0.4
@@ -45,11 +44,11 @@ def test_payload_round_trips_through_plain_data() -> None:
     assert CheckpointPayload({}).threshold == 0.5
 
 
-def test_a_calibrated_payload_is_format_3_and_its_threshold_wins() -> None:
+def test_a_calibrated_payload_keeps_its_threshold_and_it_wins() -> None:
     calibration = {"threshold": 0.7, "tuned_on": "clinic/images", "num_images": 20}
     payload = CheckpointPayload({"MODEL_CONFIG": GATE}, 0.4, 0.45, calibration=calibration)
     raw = payload.to_dict()
-    assert raw["format_version"] == FORMAT_VERSION == 3
+    assert raw["format_version"] == FORMAT_VERSION
     read = CheckpointPayload.from_dict(raw)
     assert read.calibration == calibration and read.threshold == 0.7
     with pytest.raises(CheckpointError, match="calibration"):
@@ -81,7 +80,7 @@ def test_format_1_payload_is_read_as_trained(model: dict[str, Any], upsample: st
     [
         ({"state_dict": {}}, "not a SkiNet checkpoint"),
         ({CHECKPOINT_KEY: {"threshold_used": 0.5}}, "has no 'config' mapping"),
-        ({CHECKPOINT_KEY: {"config": {}, "format_version": 4}}, "format 4.*upgrade skinet"),
+        ({CHECKPOINT_KEY: {"config": {}, "format_version": 5}}, "format 5.*upgrade skinet"),
         ({CHECKPOINT_KEY: {"config": {}, "format_version": "2"}}, "'format_version'"),
         ({CHECKPOINT_KEY: {"config": {}, "threshold_used": "high"}}, r"\['threshold_used'\]"),
         ({CHECKPOINT_KEY: {"config": {}, "mlflow_run_id": 7}}, r"\['mlflow_run_id'\] must be str"),

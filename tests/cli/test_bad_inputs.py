@@ -223,6 +223,64 @@ def _masks_kept(s: Setup) -> None:
     assert (s.tmp / "masks" / "photo_mask.png").read_bytes() == b"ground truth"
 
 
+def _checkpoint_newer_format(s: Setup) -> list[str]:
+    torch.save({"skinet": {"config": {}, "format_version": 5}, "state_dict": {}}, s.tmp / "n.ckpt")
+    image = _train_images(s.data)[0]
+    return [
+        "predict",
+        "--checkpoint",
+        str(s.tmp / "n.ckpt"),
+        "--images",
+        str(image),
+        "--output",
+        "out",
+    ]
+
+
+def _ensemble_test_leaked(s: Setup) -> list[str]:
+    """One tiny run, and a copy of it whose recorded split swaps a test and a training image:
+    as if carved with another split_random_seed."""
+    from skinet.datasets.splits import read_split_file, write_split_file
+
+    assert main(["train", "--config", s.config(TRAIN_CONFIG={"use_mlflow_logger": False})]) == 0
+    (run,) = s.runs.iterdir()
+    other = shutil.copytree(run, s.tmp / "other_run")
+    assignment = read_split_file(other / "splits.csv")
+    test = min(i for i, split in assignment.items() if split == "test")
+    train = min(i for i, split in assignment.items() if split == "train")
+    assignment[test], assignment[train] = "train", "test"
+    splits: dict[str, list[str]] = {}
+    for sample_id, split in assignment.items():
+        splits.setdefault(split, []).append(sample_id)
+    write_split_file(splits, other / "splits.csv")
+    members = [str(next((folder / "checkpoints").glob("best*.ckpt"))) for folder in (run, other)]
+    return [
+        "evaluate",
+        "--checkpoint",
+        *members,
+        "--split",
+        "test",
+        "--output",
+        str(s.tmp / "report"),
+    ]
+
+
+def _cv_rerun_config_changed(s: Setup) -> list[str]:
+    """A cv folder whose first fold finished with lr 0.001, as ``skinet cv`` records it."""
+    import json
+
+    from skinet.config.experiment import parse_config
+    from skinet.experiments.cv import config_hash, cv_folder, fold_config
+
+    cfg = parse_config(s.raw)
+    result = cv_folder(cfg, 2) / "results" / "fold_1.json"
+    result.parent.mkdir(parents=True)
+    result.write_text(
+        json.dumps({"fold": 1, "config_sha256": config_hash(cfg), "config": fold_config(cfg)})
+    )
+    return ["cv", "--config", s.config(), "--folds", "2", "--set", "TRAIN_CONFIG.lr=0.05"]
+
+
 @dataclass
 class Case:
     """A bad input, the command run on it, and what SkiNet must answer."""
@@ -293,6 +351,15 @@ CASES: dict[str, Case] = {
     ),
     "predict-output-not-skinets": Case(
         _predict_into_a_masks_folder, 2, "did not write", _masks_kept
+    ),
+    "checkpoint-newer-format": Case(
+        _checkpoint_newer_format, 1, "written in checkpoint format 5, but this SkiNet reads"
+    ),
+    "ensemble-test-leaked": Case(
+        _ensemble_test_leaked, 2, "--split test of this ensemble is leaked", _nothing_written
+    ),
+    "cv-rerun-config-changed": Case(
+        _cv_rerun_config_changed, 2, "this config changes TRAIN_CONFIG.lr: 0.001 -> 0.05"
     ),
 }
 

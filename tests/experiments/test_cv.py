@@ -100,7 +100,7 @@ def test_cv_killed_after_the_first_fold_resumes_without_retraining_it(
 
 
 @pytest.mark.heavy
-def test_a_rerun_with_another_config_refuses_the_old_folds_and_names_both_hashes(
+def test_a_rerun_with_another_config_refuses_the_old_folds_and_names_the_fields(
     tiny_raw: dict[str, Any], tmp_path: Path, caplog: Any
 ) -> None:
     from skinet.experiments.cv import config_hash
@@ -118,6 +118,7 @@ def test_a_rerun_with_another_config_refuses_the_old_folds_and_names_both_hashes
     # Out-of-fold: every pooled training image scored once, by the fold that did not train on it.
     oof = json.loads((cv_dir / "out_of_fold" / "summary.json").read_text())
     assert oof["num_images"] == 12 and oof["num_failed"] == 0
+    assert oof["selection"].startswith("optimistic: each fold's best epoch and threshold")
     rows = (cv_dir / "out_of_fold" / "per_image.csv").read_text().splitlines()[1:]
     assert len(rows) == 12 and len({row.split(",")[0] for row in rows}) == 12
     # The ensemble of the folds: its val split is leaked, its test split is not.
@@ -130,11 +131,28 @@ def test_a_rerun_with_another_config_refuses_the_old_folds_and_names_both_hashes
     robustness = ["robustness", "--checkpoint", str(cv_dir), "--shifts", "gamma"]
     assert main([*robustness, "--split", "val", "--output", str(tmp_path / "rob")]) == 2
 
-    changed = [*argv, "--set", "TRAIN_CONFIG.lr=0.05"]
-    new_hash = config_hash(
-        parse_config({**tiny_raw, "TRAIN_CONFIG": {**tiny_raw["TRAIN_CONFIG"], "lr": 0.05}})
-    )
+    changed = [*argv, "--set", "TRAIN_CONFIG.lr=0.05", "--set", "TRAIN_CONFIG.max_epochs=2"]
+    caplog.clear()
     assert main(changed) == 2
-    assert old_hash in caplog.text and new_hash in caplog.text
+    assert "TRAIN_CONFIG.lr: 0.001 -> 0.05; TRAIN_CONFIG.max_epochs: 1 -> 2" in caplog.text
     assert (cv_dir / "results" / "fold_1.json").read_text() == fold_1  # nothing touched
+    # A logging-only change reuses the folds.
+    assert main([*argv, "--set", "TRAIN_CONFIG.log_every_n_steps=7"]) == 0
+    assert (cv_dir / "results" / "fold_1.json").read_text() == fold_1
     assert main(argv) == 0  # the same config still resumes: every fold finished
+
+
+def test_a_fold_file_without_its_config_is_compared_by_the_whole_config_hash(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    """Fold files of an older SkiNet hashed the whole config and recorded no config."""
+    import hashlib
+
+    from skinet.experiments.cv import _check_same_config
+
+    cfg = parse_config(tiny_raw)
+    whole = json.dumps(cfg.to_yaml_dict(), sort_keys=True, default=str).encode()
+    result_path = tmp_path / "cv" / "results" / "fold_1.json"
+    _check_same_config({"config_sha256": hashlib.sha256(whole).hexdigest()}, cfg, result_path)
+    with pytest.raises(UsageError, match="has SHA-256 [0-9a-f]{64}, the folds' 0+"):
+        _check_same_config({"config_sha256": "0" * 64}, cfg, result_path)

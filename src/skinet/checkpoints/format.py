@@ -17,9 +17,20 @@ Format versions:
   ``merge_residual_mode: attention_gate`` is read with ``attention_upsample: bilinear``, so the
   model predicts as it was trained.
 - **3**: adds ``calibration``, the threshold tuned on one's own labelled images by
-  ``skinet evaluate --tune-threshold --save-calibrated`` and where it was tuned. Only a
-  calibrated checkpoint is written in format 3, so that an older SkiNet refuses it instead of
-  predicting with the uncalibrated threshold; every other checkpoint stays format 2.
+  ``skinet evaluate --tune-threshold --save-calibrated`` and where it was tuned. SkiNet before
+  format 4 wrote only calibrated checkpoints in format 3 and every other one in format 2, but
+  its configs had gained keys that an older SkiNet refuses (``init_checkpoint``,
+  ``progress_log_interval_sec``, ``channels_last: null``): format 2 no longer meant "an older
+  SkiNet reads it".
+- **4**: every checkpoint, calibrated or not, and the config schema is pinned: the config's
+  fields, types, choices and bounds are those whose
+  :func:`skinet.config.schema.config_schema_fingerprint` is ``CONFIG_SCHEMAS[4]``. An older
+  SkiNet refuses it with "upgrade skinet" instead of failing on an unknown config key.
+
+A change to what the config accepts (a new field, choice or type) needs a new format version
+with its fingerprint in :data:`CONFIG_SCHEMAS`; ``tests/checkpoints/test_format.py`` fails until
+it has one. Readers read every format up to :data:`FORMAT_VERSION`: a config written before a
+field existed takes its default.
 """
 
 from __future__ import annotations
@@ -39,10 +50,11 @@ __all__ = ["DEFAULT_THRESHOLD", "CheckpointError", "CheckpointPayload"]
 
 CHECKPOINT_KEY = "skinet"
 """Key of the checkpoint entry holding the :class:`CheckpointPayload`."""
-FORMAT_VERSION = 3
-"""Newest format this version of SkiNet reads (and writes for calibrated checkpoints)."""
-UNCALIBRATED_FORMAT_VERSION = 2
-"""Format of a checkpoint without a calibration."""
+FORMAT_VERSION = 4
+"""The format this version of SkiNet writes, and the newest it reads."""
+CONFIG_SCHEMAS = {4: "d8d8b3ad48cf4875"}
+"""Fingerprint of the config schema (:func:`skinet.config.schema.config_schema_fingerprint`)
+that each format version writes; formats before 4 did not pin their schema."""
 LEGACY_FORMAT_VERSION = 1
 """Format of a payload without ``format_version``."""
 _MODEL_SECTION = "MODEL_CONFIG"
@@ -136,7 +148,7 @@ class CheckpointPayload:
     val_optimal_threshold: float | None = None
     threshold_used: float | None = None
     mlflow_run_id: str | None = None
-    format_version: int = UNCALIBRATED_FORMAT_VERSION
+    format_version: int = FORMAT_VERSION
     calibration: dict[str, Any] | None = None
     resolved: dict[str, Any] | None = None
 
@@ -162,15 +174,14 @@ class CheckpointPayload:
         return self.threshold_choice.value
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for ``checkpoint[CHECKPOINT_KEY]``, in the oldest format that holds it."""
+        """Plain data for ``checkpoint[CHECKPOINT_KEY]``, in :data:`FORMAT_VERSION` (a payload read
+        from an older format, such as a calibrated copy's source, is written in it too: this
+        SkiNet's schema reads its config)."""
         data = asdict(self)
-        if self.resolved is None:
-            del data["resolved"]
-        if self.calibration is None:
-            del data["calibration"]
-            data["format_version"] = UNCALIBRATED_FORMAT_VERSION
-        else:
-            data["format_version"] = FORMAT_VERSION
+        for optional in ("resolved", "calibration"):
+            if data[optional] is None:
+                del data[optional]
+        data["format_version"] = FORMAT_VERSION
         return data
 
     @classmethod

@@ -182,11 +182,11 @@ def refuse_leak(predictor: Any, args: argparse.Namespace) -> None:
     from skinet.inference.ensemble import check_split_not_leaked
 
     try:
-        check_split_not_leaked(predictor, args.split, args.allow_leak)
+        check_split_not_leaked(predictor, args.split, allow_leak=False)
     except ValueError as error:
-        raise UsageError(str(error)) from None
-    if args.allow_leak and args.split in ("val", "train", "all"):
-        log.warning("--allow-leak: the scores of split %r are optimistic", args.split)
+        if not args.allow_leak:
+            raise UsageError(str(error)) from None
+        log.warning("--allow-leak: the scores of split %r are optimistic (%s)", args.split, error)
 
 
 def _evaluate_set(predictor: Any, samples: Any, args: argparse.Namespace, split: str | None) -> Any:

@@ -4,10 +4,15 @@ The training and validation samples are pooled and cut into ``k`` folds by
 ``DATA_CONFIG.split_random_seed``; fold ``i`` validates on chunk ``i`` and trains on the rest,
 and every fold tests on the original test split. Each fold is an ordinary training run whose
 split is fixed by a split file (``<cv folder>/splits/fold_<i>.csv``), nested under one MLflow
-parent run. A fold that finished has ``results/fold_<i>.json`` with the SHA-256 of the cv's
-resolved config; a restarted cv skips it when the config is the same, and refuses, naming both
-hashes, when it is not (a rerun after changing ``lr``, the epochs or the data would otherwise
-report old folds, or mix them with new ones).
+parent run. A fold that finished has ``results/fold_<i>.json`` with the cv's resolved config
+(less the logging-only fields, :data:`LOGGING_ONLY`) and its SHA-256; a restarted cv skips it
+when the config is the same, and refuses, naming the fields that changed, when it is not (a
+rerun after changing ``lr``, the epochs or the data would otherwise report old folds, or mix
+them with new ones).
+
+The out-of-fold scores pool each fold's best model on its own validation chunk. That chunk
+chose the fold's best epoch and threshold, so they are validation figures of the single fold
+models, optimistic as every validation figure is; the test split is the unbiased one.
 """
 
 from __future__ import annotations
@@ -68,21 +73,66 @@ def cv_folder(cfg: ExperimentConfig, folds: int) -> Path:
     return Path(cfg.train.output_dir) / f"cv_{cfg.train.experiment_name}_k{folds}"
 
 
+LOGGING_ONLY = {
+    "TRAIN_CONFIG": (
+        "log_every_n_steps",
+        "enable_progress_bar",
+        "progress_log_interval_sec",
+        "system_metrics_interval_sec",
+        "use_litlogger_logger",
+        "litlogger_config",
+    ),
+}
+"""Fields that change what a run logs, not what it trains: a cv rerun may change them."""
+
+
+def fold_config(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The resolved config a cv trains its folds from, less :data:`LOGGING_ONLY`."""
+    data = cfg.to_yaml_dict()
+    for section, names in LOGGING_ONLY.items():
+        for name in names:
+            data[section].pop(name, None)
+    return data
+
+
 def config_hash(cfg: ExperimentConfig) -> str:
-    """SHA-256 of the resolved config a cv trains its folds from."""
-    encoded = json.dumps(cfg.to_yaml_dict(), sort_keys=True, default=str).encode()
+    """SHA-256 of :func:`fold_config`."""
+    encoded = json.dumps(fold_config(cfg), sort_keys=True, default=str).encode()
     return hashlib.sha256(encoded).hexdigest()
 
 
-def _check_same_config(done: dict[str, Any], expected: str, result_path: Path) -> None:
+def _changed_fields(before: Any, after: Any, path: str = "") -> list[str]:
+    """``PATH: before -> after`` for every leaf that differs between two plain configs."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [
+            change
+            for key in sorted(set(before) | set(after), key=str)
+            for change in _changed_fields(
+                before.get(key), after.get(key), f"{path}.{key}" if path else str(key)
+            )
+        ]
+    return [] if before == after else [f"{path}: {before!r} -> {after!r}"]
+
+
+def _check_same_config(done: dict[str, Any], cfg: ExperimentConfig, result_path: Path) -> None:
+    expected = config_hash(cfg)
     found = done.get("config_sha256")
-    if found != expected:
-        raise UsageError(
-            f"{result_path.parent.parent} holds folds trained from another config (config "
-            f"SHA-256 {found or 'not recorded'}) than this one ({expected}): its results would "
-            "be reported as this config's. Remove that folder to start again, or give this "
-            "experiment another TRAIN_CONFIG.experiment_name"
-        )
+    recorded = done.get("config")
+    whole = json.dumps(cfg.to_yaml_dict(), sort_keys=True, default=str).encode()
+    if found == expected or (recorded is None and found == hashlib.sha256(whole).hexdigest()):
+        return  # the same config (fold files without "config" hashed all of it)
+    if isinstance(recorded, dict):
+        changes = _changed_fields(recorded, fold_config(cfg))
+        what = "changes " + "; ".join(changes[:8]) + (" ..." if len(changes) > 8 else "")
+    else:  # written before the fold files recorded their config
+        what = f"has SHA-256 {expected}, the folds' {found or 'not recorded'}"
+    raise UsageError(
+        f"{result_path.parent.parent} holds folds trained from another config: this config "
+        f"{what}. Their results would be reported as this config's. Run with the folds' config, "
+        "remove that folder to start again, or give this experiment another "
+        "TRAIN_CONFIG.experiment_name (logging-only fields such as "
+        "TRAIN_CONFIG.log_every_n_steps may change)"
+    )
 
 
 def carve_folds(cfg: ExperimentConfig, folds: int) -> list[dict[str, list[str]]]:
@@ -121,7 +171,7 @@ def run_cv(
     for fold in range(1, folds + 1):  # refuse before anything trains or is reopened
         result_path = cv_dir / "results" / f"fold_{fold}.json"
         if result_path.is_file():
-            _check_same_config(json.loads(result_path.read_text()), expected, result_path)
+            _check_same_config(json.loads(result_path.read_text()), cfg, result_path)
     fold_splits = carve_folds(cfg, folds)
     name = cv_dir.name
     parent = start_group_run(cfg, name, {"skinet.kind": "cv"}, reuse=True)
@@ -159,6 +209,7 @@ def run_cv(
             {
                 "fold": fold,
                 "config_sha256": expected,
+                "config": fold_config(cfg),
                 "metrics": per_fold[fold],
                 "best_checkpoint": checkpoints[fold],
                 "run_dir": str(result.run_dir),
@@ -174,6 +225,11 @@ def run_cv(
 
 OUT_OF_FOLD = "out_of_fold"
 """Folder of the out-of-fold evaluation in a cv folder."""
+OOF_SELECTION = (
+    "optimistic: each fold's best epoch and threshold were chosen on the validation chunk it "
+    "is scored on; single fold models, not their ensemble (the test split is unbiased)"
+)
+"""What the out-of-fold figures are, in their report."""
 
 
 def score_out_of_fold(
@@ -186,9 +242,10 @@ def score_out_of_fold(
 
     Every training image is scored once, by the one model that did not train on it (nnU-Net's
     way of validating a cross-validation), at the original resolution with each fold's own
-    threshold: the honest validation figure of the cv's ensemble, which ``skinet evaluate
-    --split val`` of the ensemble cannot give. Returns the summary (``None`` when a fold has
-    no best checkpoint).
+    threshold. Each fold's best epoch and threshold were chosen on that same chunk, so this is
+    the pooled validation figure of the single fold models, optimistic as any validation
+    figure, and not a score of the folds' ensemble; the report says so (``selection``).
+    Returns the summary (``None`` when a fold has no best checkpoint).
     """
     from skinet.evaluation.evaluate import EvaluationResult, evaluate_predictor, write_evaluation
     from skinet.inference.predictor import Predictor
@@ -198,7 +255,9 @@ def score_out_of_fold(
         return None
     _, splits = index_dataset(cfg)
     by_id = {s.id: s for name in ("train", "val") for s in splits.get(name, [])}
-    pooled = EvaluationResult(info={"kind": "out-of-fold", "cv_folder": str(cv_dir)})
+    pooled = EvaluationResult(
+        info={"kind": "out-of-fold", "cv_folder": str(cv_dir), "selection": OOF_SELECTION}
+    )
     thresholds = {}
     for fold, ids in enumerate(fold_splits, start=1):
         predictor = Predictor.from_checkpoint(str(checkpoints[fold]), device="auto")
@@ -210,7 +269,8 @@ def score_out_of_fold(
     write_evaluation(pooled, cv_dir / OUT_OF_FOLD)
     summary = pooled.summary
     log.info(
-        "out-of-fold: mean per-image Jaccard %.4f over %d images (%s)",
+        "out-of-fold validation (each fold's model on the chunk that chose its epoch and "
+        "threshold: optimistic): mean per-image Jaccard %.4f over %d images (%s)",
         summary["mean_jaccard"],
         summary["num_images"],
         cv_dir / OUT_OF_FOLD,
@@ -251,8 +311,8 @@ def _log_parent(uri: str, parent: str, cv: CvResult) -> None:
     metrics = {f"{k}_mean": v for k, v in cv.mean.items()}
     metrics.update({f"{k}_std": v for k, v in cv.std.items()})
     if cv.out_of_fold is not None:
-        metrics["out_of_fold_mean_jaccard"] = cv.out_of_fold["mean_jaccard"]
-        metrics["out_of_fold_mean_dice"] = cv.out_of_fold["mean_dice"]
+        metrics["out_of_fold_val_mean_jaccard"] = cv.out_of_fold["mean_jaccard"]
+        metrics["out_of_fold_val_mean_dice"] = cv.out_of_fold["mean_dice"]
     tracking_runs.log_metrics(uri, parent, metrics)
     for name in ("cv_results.csv", "cv_results.json"):
         tracking_runs.log_artifact(uri, parent, cv.cv_dir / name)

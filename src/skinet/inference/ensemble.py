@@ -191,20 +191,83 @@ def split_of(config: ExperimentConfig) -> tuple[Any, ...]:
     return ("carved", data.dataset, data.split_random_seed, data.val_fraction, data.test_fraction)
 
 
+def recorded_assignment(path: Path, split: tuple[Any, ...]) -> dict[str, str] | None:
+    """``{id: split}`` a member trained on: its run folder's ``splits.csv`` (beside
+    ``checkpoints/``), else its ``DATA_CONFIG.split_file``; ``None`` when neither is readable."""
+    from skinet.datasets.splits import SPLIT_FILE_NAME, read_split_file
+    from skinet.imaging.errors import DatasetError
+
+    candidates = [Path(path).resolve().parent.parent / SPLIT_FILE_NAME]
+    if split[0] == "split_file":
+        candidates.append(Path(split[1]))
+    for candidate in candidates:
+        if candidate.is_file():
+            try:
+                return read_split_file(candidate)
+            except DatasetError:
+                continue
+    return None
+
+
+def _leaked_ids(predictor: EnsemblePredictor, split: str) -> tuple[list[str], Path] | None:
+    """Images of the first member's ``split`` that another member trained or validated on
+    (there it has another role), and that member; ``None`` when no image is leaked.
+
+    Members are compared image by image through their recorded splits. Where a member's split
+    is not recorded, members whose split settings (:func:`split_of`) differ leak every split.
+    """
+    members = list(zip(predictor.member_paths, predictor.member_splits, strict=False))
+    assignments = [recorded_assignment(path, member) for path, member in members]
+    first = assignments[0] if assignments else None
+    if first is None or any(a is None for a in assignments):
+        differing = [path for path, member in members if member != members[0][1]]
+        return ([], differing[0]) if differing else None
+    for (path, _), other in zip(members[1:], assignments[1:], strict=True):
+        leaked = [
+            i
+            for i, role in first.items()
+            if (split == "all" or role == split)
+            and other is not None
+            and other.get(i) in ("train", "val")
+            and other[i] != role
+        ]
+        if leaked:
+            return sorted(leaked), path
+    return None
+
+
 def check_split_not_leaked(predictor: Predictor, split: str, allow_leak: bool) -> None:
-    """Refuse ``split`` ``val``/``train`` of an ensemble whose members trained on other splits.
+    """Refuse ``split`` of an ensemble when another member trained or validated on its images.
+
+    The first member's split is scored; members carved with another ``split_random_seed`` (or
+    split file) hold some of its ``test`` images in their training set, cv folds hold its
+    ``val`` images.
 
     Raises:
-        ValueError: Naming the safe alternatives, unless ``allow_leak``.
+        ValueError: Naming the split, an image and the member, and the safe alternatives,
+            unless ``allow_leak``.
     """
-    if split not in ("val", "train", "all") or allow_leak:
+    if allow_leak or split == "none" or not isinstance(predictor, EnsemblePredictor):
         return
-    if not isinstance(predictor, EnsemblePredictor) or predictor.members_share_their_split:
+    found = _leaked_ids(predictor, split)
+    if found is None:
         return
+    ids, member = found
+    which = (
+        f"{len(ids)} of its {split!r} images (e.g. {', '.join(ids[:3])}) are training or "
+        f"validation images of member {member}"
+        if ids
+        else f"member {member} was split otherwise (DATA_CONFIG split_file, split_random_seed "
+        "or fractions) and has no splits.csv beside its checkpoints/ folder to compare"
+    )
+    alternative = (
+        "score members trained on one split, or each member on its own"
+        if split == "test"
+        else "use --split test (the out-of-fold scores `skinet cv` writes, "
+        "<cv folder>/out_of_fold/summary.json, are the folds' own validation figures)"
+    )
     raise ValueError(
-        f"--split {split} of this ensemble is leaked: its members were trained on different "
-        f"splits (cv folds), so the first member's {split!r} images are training images of the "
-        "others, and scores or a threshold tuned on them are optimistic. Use --split test, or "
-        "the out-of-fold scores `skinet cv` writes (<cv folder>/out_of_fold/summary.json); "
-        "--allow-leak scores it anyway"
+        f"--split {split} of this ensemble is leaked: {which} (the first member's split is "
+        f"scored), so scores or a threshold tuned on them are optimistic. To score honestly, "
+        f"{alternative}; --allow-leak scores it anyway"
     )
