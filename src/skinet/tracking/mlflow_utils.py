@@ -103,18 +103,77 @@ def prepare_sqlite_store(uri: str) -> None:
     MLflow creates the schema of a new ``sqlite:///`` file on first use; two processes doing so
     at the same moment race on its migrations (``duplicate column name``, alembic errors). The
     lock makes the first process build the schema while the others wait and then find it.
-    Other URIs are left alone.
+
+    A new store is built under a temporary name in the same folder and renamed into place once
+    MLflow's migrations finished: a full disk or a file-size limit meanwhile leaves no half-built
+    ``mlflow.db`` that every later run would fail on. Other URIs are left alone.
+
+    Raises:
+        TrackingError: The store could not be created, or an existing one cannot be opened
+            (the message names the file and what to do).
     """
     db_path = sqlite_path(uri)
     if db_path is None or uri in _PREPARED_STORES:
         return
     from filelock import FileLock
-    from mlflow.tracking import MlflowClient
 
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(db_path) + ".lock"):
-        MlflowClient(uri).search_experiments(max_results=1)
+    with FileLock(str(db_path) + ".lock"), quiet_store_errors():
+        if db_path.is_file() and db_path.stat().st_size > 0:
+            _open_store(uri, db_path)
+        else:
+            _build_store(db_path)
     _PREPARED_STORES.add(uri)
+
+
+def _open_store(uri: str, db_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    try:
+        MlflowClient(uri).search_experiments(max_results=1)
+    except Exception as error:  # noqa: BLE001 - SQLAlchemy, alembic and MLflow errors alike
+        runs = _count_runs(db_path)
+        holds = (
+            "it holds no MLflow run, so delete it and run again"
+            if not runs
+            else f"it holds {runs} MLflow run(s): keep a copy before you delete it"
+        )
+        raise TrackingError(
+            f"the MLflow store {db_path} cannot be opened ({first_line(error)}). If a run that "
+            f"could not finish creating it (a full disk, a file-size limit) left it half-built, "
+            f"{holds}; or give another store with TRAIN_CONFIG.mlflow_config.tracking_uri"
+        ) from None
+
+
+def _build_store(db_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    temporary = db_path.with_name(f".{db_path.name}.{secrets.token_hex(4)}.partial")
+    try:
+        MlflowClient(f"sqlite:///{temporary}").search_experiments(max_results=1)
+        os.replace(temporary, db_path)
+    except Exception as error:  # noqa: BLE001 - SQLAlchemy, alembic and MLflow errors alike
+        reason = first_line(getattr(error, "orig", None) or error)
+        raise TrackingError(
+            f"could not create the MLflow store {db_path} ({reason}); nothing was left in its "
+            "place. Free space there (or raise the file-size limit, `ulimit -f`) and run again, "
+            "or give another store with TRAIN_CONFIG.mlflow_config.tracking_uri"
+        ) from None
+    finally:
+        for leftover in (temporary, temporary.with_name(temporary.name + "-journal")):
+            leftover.unlink(missing_ok=True)
+
+
+def _count_runs(db_path: Path) -> int | None:
+    """How many runs the SQLite store ``db_path`` holds (``None``: it has no readable table)."""
+    try:
+        connection = sqlite3.connect(f"{db_path.as_uri()}?mode=ro", uri=True)
+        try:
+            return int(connection.execute("SELECT count(*) FROM runs").fetchone()[0])
+        finally:
+            connection.close()
+    except sqlite3.Error:
+        return None
 
 
 STORE_LOGGERS = ("mlflow.store.db.utils", "mlflow.utils.async_logging.async_logging_queue")
