@@ -1,6 +1,7 @@
 """A disk that fills up while a run writes: one clear line, a FAILED run, no partial checkpoint.
 
-The full disk is the kernel's own: the training process runs with a file-size limit
+The second test fills a real filesystem (a small tmpfs, mounted as root). In the first the full
+disk is the kernel's own: the training process runs with a file-size limit
 (``RLIMIT_FSIZE``, ``SIGXFSZ`` ignored), so the first file that would grow past it fails to
 write with ``EFBIG`` exactly as a full disk fails with ``ENOSPC``. The limit sits above every
 file of the run but the checkpoints, which a wider model makes larger than it.
@@ -18,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
+from tests.helpers.small_disk import small_disk
 
 REPO = Path(__file__).resolve().parents[2]
 LIMIT = 6 * 2**20
@@ -69,3 +72,50 @@ def test_a_full_disk_mid_run_is_one_line_a_failed_run_and_no_partial_checkpoint(
     assert "DiskFullError" in mlflow_run.data.tags["error"] or "File too large" in str(
         mlflow_run.data.tags["error"]
     )
+
+
+@pytest.mark.heavy
+def test_a_disk_that_really_fills_up_names_the_checkpoint_and_keeps_no_partial_file(
+    tiny_raw: dict[str, Any], tmp_path: Path, mlflow_db_template: Path
+) -> None:
+    """A run writes into a 14 MB tmpfs, with its MLflow store there as by default: the store and
+    the first epoch's two 5.4 MB checkpoints fit, the second epoch's next checkpoint does not."""
+    from mlflow.tracking import MlflowClient
+
+    with small_disk(tmp_path / "disk", "14m") as disk:
+        output = disk / "runs"
+        output.mkdir()
+        shutil.copyfile(mlflow_db_template, output / "mlflow.db")
+        tiny_raw["TRAIN_CONFIG"].update(
+            output_dir=str(output), max_epochs=3, use_mlflow_logger=True
+        )
+        tiny_raw["MODEL_CONFIG"].update(out_channels_layer1=16, number_of_layers=4)
+        config = tmp_path / "c.yaml"
+        config.write_text(yaml.safe_dump(tiny_raw))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_URI")}
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO)])
+        env["COLUMNS"] = "1000"
+        proc = subprocess.run(
+            [sys.executable, "-m", "skinet.cli.main", "train", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=300,
+        )
+        output_text = proc.stdout + proc.stderr
+        assert proc.returncode == 1, output_text[-3000:]
+        last = output_text.strip().splitlines()[-1]
+        [run] = [p for p in output.iterdir() if p.is_dir() and (p / "config.yaml").is_file()]
+        assert f"the disk is full: writing {run / 'checkpoints'}" in last, output_text[-3000:]
+        assert "--resume last" in last and "its MLflow run is marked FAILED" in last
+        assert "Traceback" not in output_text and "[SQL:" not in output_text, output_text
+        assert len(output_text.splitlines()) < 60, output_text
+
+        names = sorted(p.name for p in (run / "checkpoints").iterdir())
+        assert names == ["best-epoch=000.ckpt", "last.ckpt"], names  # nothing partial beside
+        for name in names:  # both whole: they load
+            torch.load(run / "checkpoints" / name, map_location="cpu", weights_only=False)
+        client = MlflowClient(f"sqlite:///{output / 'mlflow.db'}")
+        [mlflow_run] = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+        assert mlflow_run.info.status == "FAILED"

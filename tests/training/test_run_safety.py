@@ -515,9 +515,11 @@ def test_a_resume_removes_empty_checkpoints_a_full_disk_left(
     (run,) = _run_folders(tmp_path / "runs")
     empty = run / "checkpoints" / "best-epoch=007.ckpt"
     empty.touch()
+    cut_short = run / "checkpoints" / ".last.ckpt.0a1b2c3d.partial"  # a kill mid-write
+    cut_short.write_bytes(b"PK\x03\x04")
     resume = ["train", "--config", str(config), "--no-visualize", "--resume", "last"]
     assert main([*resume, "--set", "TRAIN_CONFIG.max_epochs=2"]) == 0
-    assert not empty.exists()
+    assert not empty.exists() and not cut_short.exists()
     assert f"removed the empty checkpoint {empty}" in caplog.text
     assert all(p.stat().st_size > 0 for p in (run / "checkpoints").glob("*.ckpt"))
     # The changed max_epochs is recorded as resume/1/..., not refused by MLflow as a new value.

@@ -91,9 +91,17 @@ class DiskFullError(ValueError):
     """The disk took no more while the run wrote; the message names the file and what to do."""
 
 
-def disk_full_error(error: BaseException, run_dir: Path) -> DiskFullError | None:
+def disk_full_error(
+    error: BaseException, run_dir: Path, mlflow_marked: bool | None = None
+) -> DiskFullError | None:
     """A :class:`DiskFullError` for a write that failed for want of space anywhere in ``error``'s
-    chain (``None`` for any other error)."""
+    chain (``None`` for any other error).
+
+    Args:
+        error: What stopped the run.
+        run_dir: The run's folder.
+        mlflow_marked: Whether its MLflow run could be marked ``FAILED`` (``None``: it has none).
+    """
     seen: list[BaseException] = []
     cause: BaseException | None = error
     while cause is not None and cause not in seen and len(seen) < 10:
@@ -102,17 +110,35 @@ def disk_full_error(error: BaseException, run_dir: Path) -> DiskFullError | None
     for item in seen:
         text = str(item).lower()
         if isinstance(item, OSError) and item.errno in NO_SPACE_ERRNOS:
-            written = item.filename or _file_being_written(item)
+            # A move names the destination second: that is the file on the full disk.
+            written = item.filename2 or item.filename or _file_being_written(item)
             what = f"writing {written}" if written else "writing"
             reason = item.strerror or str(item)
+            left = (
+                f"{written} may be incomplete"
+                if written and Path(written).is_file() and not str(written).endswith(".ckpt")
+                else "Nothing of the failed write is kept"
+            )
         elif any(marker in text for marker in NO_SPACE_TEXTS):
             what, reason = "writing to the MLflow store", str(item).splitlines()[0][:200]
+            left = "Nothing of the failed write is kept"
         else:
             continue
         return DiskFullError(
-            f"the disk is full: {what} failed ({reason}). Nothing of the failed write is kept. "
-            f"Free space where the run writes ({run_dir}), then continue the run with "
-            f"`skinet train --config {run_dir / 'config.yaml'} --resume last` (or start it again "
-            "if it saved no checkpoint yet); its MLflow run is marked FAILED"
+            f"the disk is full: {what} failed ({reason}). {left}. Free space where the run "
+            f"writes ({run_dir}), then continue the run with `skinet train --config "
+            f"{run_dir / 'config.yaml'} --resume last` (or start it again if it saved no "
+            f"checkpoint yet){_mlflow_state(mlflow_marked)}"
         )
     return None
+
+
+def _mlflow_state(marked: bool | None) -> str:
+    if marked is None:
+        return ""
+    if marked:
+        return "; its MLflow run is marked FAILED"
+    return (
+        "; its MLflow run could not be marked FAILED (its store could not be written either) "
+        "and shows RUNNING until the resume takes it over"
+    )

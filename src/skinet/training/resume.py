@@ -21,6 +21,7 @@ import yaml
 from skinet.checkpoints.format import CheckpointError
 from skinet.checkpoints.read import describe_checkpoints_beside, read_checkpoint_file
 from skinet.config.experiment import ExperimentConfig
+from skinet.training.checkpoint_io import PARTIAL_SUFFIX
 from skinet.training.records import CONFIG_FILE, METRICS_FILE
 
 log = logging.getLogger(__name__)
@@ -165,11 +166,16 @@ def check_resume(checkpoint_path: Path, max_epochs: int, run_dir: Path) -> dict[
 
 def remove_empty_checkpoints(folder: Path) -> list[Path]:
     """Remove the zero-byte ``*.ckpt`` files in ``folder`` (what a write to a full disk can
-    leave); a resumed run would otherwise list them beside its real checkpoints."""
+    leave) and the hidden ``.<name>.<random>.partial`` files of checkpoint writes a kill cut
+    short; a resumed run would otherwise list the first beside its real checkpoints."""
     removed = []
     for path in sorted(folder.glob("*.ckpt")):
         if path.is_file() and path.stat().st_size == 0:
             path.unlink()
             log.warning("removed the empty checkpoint %s (a write that never finished)", path)
             removed.append(path)
+    for path in sorted(folder.glob(f".*.ckpt.*{PARTIAL_SUFFIX}")):
+        path.unlink(missing_ok=True)
+        log.warning("removed %s (a checkpoint write that never finished)", path)
+        removed.append(path)
     return removed

@@ -27,6 +27,7 @@ from skinet.training.callbacks.epoch_history import EpochMetricsHistory
 from skinet.training.callbacks.mlflow_artifacts import SkiNetMLFlowLogger
 from skinet.training.callbacks.resume import ResumeStateCallback
 from skinet.training.callbacks.setup import setup_logging_and_callbacks
+from skinet.training.checkpoint_io import WholeFileCheckpointIO
 from skinet.training.data.loaders import build_dataloaders
 from skinet.training.data.visualize import visualize_augmented_data
 from skinet.training.guards import check_output_dir, disk_full_error, out_of_memory_error
@@ -98,6 +99,7 @@ def build_trainer(
         accumulate_grad_batches=train_cfg.accumulate_grad_batches,
         enable_checkpointing=train_cfg.use_checkpoint,
         enable_progress_bar=train_cfg.enable_progress_bar,
+        plugins=[WholeFileCheckpointIO()],  # a full disk leaves no partial checkpoint
         **optional,
     )
 
@@ -261,11 +263,11 @@ def run_training(
                 logger.keep_open = False
                 logger.finalize("success")
     except BaseException as error:
-        _record_stop(cfg, loggers, error)
+        marked = _record_stop(cfg, loggers, error)
         oom = (
             out_of_memory_error(error, cfg, "training") if isinstance(error, RuntimeError) else None
         )
-        known = oom or disk_full_error(error, run_dir)
+        known = oom or disk_full_error(error, run_dir, marked)
         if known is None:
             raise
         raise known from error
@@ -294,17 +296,22 @@ def best_epoch_metrics(
     return {**rest, **history.history[epoch], "best_epoch": float(epoch)}
 
 
-def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException) -> None:
-    """Close the MLflow run: ``KILLED`` for SIGINT/SIGTERM, else ``FAILED`` with the error."""
+def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException) -> bool | None:
+    """Close the MLflow run: ``KILLED`` for SIGINT/SIGTERM, else ``FAILED`` with the error.
+
+    Whether every failed MLflow run is marked ``FAILED`` (``None``: no MLflow run).
+    """
     uri = resolve_tracking_uri(cfg)
+    marked: bool | None = None
     for logger in loggers:
         if not (isinstance(logger, MLFlowLogger) and logger.run_id):
             continue
         if not isinstance(error, RunInterrupted):
-            mark_run_failed(logger.run_id, uri, error)
+            marked = mark_run_failed(logger.run_id, uri, error) and marked is not False
             continue
         try:
             set_tags(uri, logger.run_id, {"skinet.stopped_by": str(error)})
             finish_run(uri, logger.run_id, "KILLED")
         except Exception as exc:  # noqa: BLE001 - the interruption must stay visible
             log.warning("could not mark MLflow run %s as KILLED: %s", logger.run_id, exc)
+    return marked

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_summary import ModelSummary
 
 from skinet.runtime.devices import config_with_resolved
+from skinet.tracking.mlflow_utils import first_line, quiet_store_errors
 
 if TYPE_CHECKING:
     from skinet.config.experiment import ExperimentConfig
@@ -90,14 +92,16 @@ class SkiNetMLFlowLogger(MLFlowLogger):
             import mlflow
 
             # Metrics are logged asynchronously (see build_mlflow_logger); land them first.
-            mlflow.flush_async_logging()
-            if self.keep_open and not self.failed:
-                return
-            super().finalize(status)
+            with quiet_store_errors() if self.failed else nullcontext():
+                mlflow.flush_async_logging()
+                if self.keep_open and not self.failed:
+                    return
+                super().finalize(status)
         except Exception as exc:
             if not self.failed:
                 raise
-            log.warning("could not mark MLflow run %s as FAILED: %s", self._run_id, exc)
+            # run_training marks the run FAILED next (mark_run_failed) and says if it could not.
+            log.debug("could not mark MLflow run %s as FAILED: %s", self._run_id, first_line(exc))
 
 
 class MLflowTrainingArtifactsCallback(Callback):
