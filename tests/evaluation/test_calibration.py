@@ -245,6 +245,13 @@ def test_save_calibrated_keeps_what_it_would_replace_and_names_what_it_cannot_wr
     assert not small.exists() and not list(tmp_path.glob(".small.ckpt*"))
     assert "Traceback" not in caplog.text
 
+    # The card cannot take its name (a folder is in the way): no checkpoint without its card.
+    blocked = tmp_path / "blocked.ckpt"
+    blocked.with_name("blocked.ckpt.MODEL_CARD.md").mkdir()
+    code = run_cli([*argv, "--save-calibrated", str(blocked), "--overwrite"])
+    assert code != 0 and not blocked.exists() and not list(tmp_path.glob(".blocked*"))
+    assert f"could not write {blocked}.MODEL_CARD.md (Is a directory)" in caplog.text
+
 
 def test_summaries_record_a_split_only_where_one_was_scored(
     tmp_path: Path, trained_checkpoint: Path, labelled_folder: tuple[Path, Path]

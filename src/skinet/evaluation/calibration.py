@@ -45,8 +45,8 @@ def save_calibrated_checkpoint(
 ) -> Path:
     """Write ``output``: ``source`` with ``calibration`` in its SkiNet entry, and its card.
 
-    The copy is written to a temporary file and renamed, so a kill never leaves half a
-    checkpoint under ``output``.
+    The copy and its card are each written whole to a temporary file and renamed, so a kill or
+    a failed write never leaves half a checkpoint or a checkpoint without its card.
 
     Raises:
         CheckpointError: ``output`` is ``source`` (the original is never overwritten), or it
@@ -61,30 +61,39 @@ def save_calibrated_checkpoint(
     raw = read_checkpoint_file(source)
     payload = CheckpointPayload.from_checkpoint(raw, str(source))
     raw[CHECKPOINT_KEY] = dataclasses.replace(payload, calibration=calibration).to_dict()
-    partial = output.with_name(f".{output.name}.partial")
+    card = checkpoint_card_path(output)
+    files = {card: _card_text(source, output, calibration).encode(), output: _serialised(raw)}
+    partials = {path: path.with_name(f".{path.name}.partial") for path in files}
+    placed: list[Path] = []
+    writing = output
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        # Serialised in memory, written by Python: a failed write is an OSError with its reason
-        # (torch's own writer reports it as "unexpected pos").
-        buffer = io.BytesIO()
-        torch.save(raw, buffer)
-        partial.write_bytes(buffer.getvalue())
-        os.replace(partial, output)
+        for writing, data in files.items():
+            partials[writing].write_bytes(data)
+        for writing in files:  # both written whole before either takes its name; card first
+            os.replace(partials[writing], writing)
+            placed.append(writing)
     except OSError as error:
-        partial.unlink(missing_ok=True)
+        for path in [*partials.values(), *placed]:  # no card without its checkpoint
+            path.unlink(missing_ok=True)
         reason = error.strerror or type(error).__name__
         raise CheckpointError(
-            f"--save-calibrated: could not write {output} ({reason}); nothing was written"
+            f"--save-calibrated: could not write {writing} ({reason}); nothing was written"
         ) from None
-    _write_card(source, output, calibration)
     return output
 
 
-def _write_card(source: Path, output: Path, calibration: dict[str, Any]) -> Path:
+def _serialised(raw: dict[str, Any]) -> bytes:
+    """``raw`` as torch writes it, in memory: a failed write to disk is then an OSError with
+    its reason (torch's own file writer reports it as "unexpected pos")."""
+    buffer = io.BytesIO()
+    torch.save(raw, buffer)
+    return buffer.getvalue()
+
+
+def _card_text(source: Path, output: Path, calibration: dict[str, Any]) -> str:
     """The source's card (its run folder's, or the one beside it) stating the calibrated
     threshold, with a calibration section (a recalibrated copy states only its newest)."""
-    card = checkpoint_card_path(output)
     found = find_checkpoint_card(source)
     text = found.read_text() if found is not None else f"# Model card: {output.stem}\n"
-    card.write_text(calibrate_card(text, calibrated_threshold(calibration)))
-    return card
+    return calibrate_card(text, calibrated_threshold(calibration))
