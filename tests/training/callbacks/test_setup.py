@@ -25,6 +25,7 @@ from skinet.training.callbacks.mlflow_artifacts import (
     MLflowTrainingArtifactsCallback,
     SkiNetMLFlowLogger,
 )
+from skinet.training.callbacks.epoch_history import EpochMetricsHistory
 from skinet.training.callbacks.plots import TrainingPlotsCallback
 from skinet.training.callbacks.progress_log import ProgressLogCallback
 from skinet.training.callbacks.resume import ResumeAwareLearningRateMonitor
@@ -279,6 +280,7 @@ def test_everything_off_gives_no_logger(tmp_path: Path, config_factory: Any) -> 
     loggers, callbacks = setup_logging_and_callbacks(cfg, tmp_path / "run", "run")
     assert loggers == []
     assert {type(c) for c in callbacks} == {
+        EpochMetricsHistory,
         SystemMetricsThreadCallback,
         ThroughputCallback,
         ProgressLogCallback,
