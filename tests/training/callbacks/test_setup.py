@@ -21,11 +21,11 @@ from skinet.tracking.mlflow_utils import (
     resolve_tracking_uri,
 )
 from skinet.tracking.server import LocalServer, find_free_port, start_local_server
+from skinet.training.callbacks.epoch_history import EpochMetricsHistory
 from skinet.training.callbacks.mlflow_artifacts import (
     MLflowTrainingArtifactsCallback,
     SkiNetMLFlowLogger,
 )
-from skinet.training.callbacks.epoch_history import EpochMetricsHistory
 from skinet.training.callbacks.plots import TrainingPlotsCallback
 from skinet.training.callbacks.progress_log import ProgressLogCallback
 from skinet.training.callbacks.resume import ResumeAwareLearningRateMonitor
