@@ -115,7 +115,8 @@ class TrainingPlotsCallback(Callback):
         best = self.history.best_checkpoint(trainer)
         validated = sorted(self.history.thresholds) or sorted(self.history.sweeps)
         self.from_checkpoint = best is not None
-        self.reported_epoch = best.epoch if best is not None else (validated or [None])[-1]
+        last = validated[-1] if validated else None
+        self.reported_epoch = best.epoch if best is not None else last
         makers: tuple[tuple[str, Callable[[], Figure | None]], ...] = (
             (LEARNING_CURVES_PNG, self.plot_learning_curves),
             (THRESHOLD_PNG, self.plot_threshold_curve),
