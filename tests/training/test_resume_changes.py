@@ -120,3 +120,30 @@ def test_a_second_run_of_the_same_name_gets_its_own_folder(
         parse_config(raw), visualize=False, resume=first.run_dir / "checkpoints" / "last.ckpt"
     )
     assert resumed.run_dir == first.run_dir
+
+
+def test_a_checkpoint_of_the_earlier_layout_still_draws_its_epochs(
+    tiny_raw: dict[str, Any],
+) -> None:
+    """Earlier checkpoints kept train metrics, learning rates and sweeps in the plots callback's
+    state; a resume takes them into the epoch history."""
+    raw = _offline(tiny_raw, max_epochs=1)
+    run = run_training(parse_config(raw), visualize=False).run_dir
+    path = run / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    key = next(k for k in checkpoint["callbacks"] if k.startswith("EpochMetrics"))
+    state = checkpoint["callbacks"][key]
+    checkpoint["callbacks"]["TrainingPlotsCallback"] = {
+        "history": {"train_loss": {0: state["train"]["0"]["train_loss"]}},
+        "learning_rates": {0: state["learning_rates"]["0"]},
+        "thresholds_used": {0: state["thresholds"]["0"]},
+        "threshold_results": {0: state["sweeps"]["0"]},
+    }
+    checkpoint["callbacks"][key] = {"history": state["history"]}
+    torch.save(checkpoint, path)
+
+    raw["TRAIN_CONFIG"]["max_epochs"] = 2
+    run_training(parse_config(raw), visualize=False, resume=path)
+    resumed = next(v for k, v in _last(run)["callbacks"].items() if k.startswith("EpochMetrics"))
+    assert sorted(resumed["train"]) == sorted(resumed["learning_rates"]) == ["0", "1"]
+    assert sorted(resumed["sweeps"]) == sorted(resumed["thresholds"]) == ["0", "1"]

@@ -28,6 +28,9 @@ from skinet.training.callbacks.mlflow_artifacts import best_checkpoint
 
 log = logging.getLogger(__name__)
 
+LEGACY_PLOTS = "TrainingPlotsCallback"
+"""Where checkpoints of earlier SkiNet versions kept the per-epoch records the plots draw."""
+
 
 @dataclass(frozen=True)
 class BestCheckpoint:
@@ -65,6 +68,7 @@ class EpochMetricsHistory(Callback):
         self.thresholds: dict[int, float] = {}
         self._best: BestCheckpoint | None = None
         self._best_read = False
+        self._legacy: dict[str, Any] | None = None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._best, self._best_read = None, False
@@ -117,6 +121,30 @@ class EpochMetricsHistory(Callback):
             },
         }
 
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # A checkpoint of an earlier SkiNet kept the train metrics, learning rates and sweeps
+        # in the plots callback's state; a resumed run still draws those epochs.
+        states = checkpoint.get("callbacks", {})
+        self._legacy = next((v for k, v in states.items() if k.startswith(LEGACY_PLOTS)), None)
+        self._take_legacy()
+
+    def _take_legacy(self) -> None:
+        legacy = self._legacy
+        if not legacy:
+            return
+        for name, values in legacy.get("history", {}).items():
+            if name.startswith("train_"):
+                for epoch, value in values.items():
+                    self.train.setdefault(int(epoch), {}).setdefault(name, float(value))
+        for epoch, lr in legacy.get("learning_rates", {}).items():
+            self.learning_rates.setdefault(int(epoch), float(lr))
+        for epoch, threshold in legacy.get("thresholds_used", {}).items():
+            self.thresholds.setdefault(int(epoch), float(threshold))
+        for epoch, fields in legacy.get("threshold_results", {}).items():
+            self.sweeps.setdefault(int(epoch), ThresholdResult(**fields))
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         def by_epoch(key: str) -> dict[int, Any]:
             return {int(epoch): value for epoch, value in state_dict.get(key, {}).items()}
@@ -126,6 +154,7 @@ class EpochMetricsHistory(Callback):
         self.learning_rates = {epoch: float(lr) for epoch, lr in by_epoch("learning_rates").items()}
         self.sweeps = {epoch: ThresholdResult(**f) for epoch, f in by_epoch("sweeps").items()}
         self.thresholds = {epoch: float(t) for epoch, t in by_epoch("thresholds").items()}
+        self._take_legacy()
 
 
 def _metrics(trainer: L.Trainer, prefix: str, per_step: bool = False) -> dict[str, float]:
