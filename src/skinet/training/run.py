@@ -265,8 +265,9 @@ def best_epoch_metrics(trainer: L.Trainer, history: EpochMetricsHistory) -> dict
 
     The validation metrics, the validation-optimal threshold among them, are those of the
     epoch the best checkpoint was saved at (0-based ``best_epoch``); the ``train_*`` figures
-    stay the last epoch's (from the history when this fit trained none). Without a best checkpoint (checkpointing off), or for an epoch the
-    history does not hold, the last epoch's metrics, with ``best_epoch`` absent.
+    stay the last epoch's (from the history when this fit trained none). Without a best
+    checkpoint (checkpointing off), or for an epoch the history does not hold, the last epoch's
+    metrics, with ``best_epoch`` absent.
     """
     # A resume that trains no epoch (its run was killed before the test) has no train_* of its
     # own: the last recorded epoch's stand in.
