@@ -137,6 +137,7 @@ def main() -> None:
     from skinet.metrics.losses import build_loss
     from skinet.models.layers import uses_channels_last
     from skinet.models.unet2d import UNet2D
+    from skinet.runtime.devices import resolve_train_settings
     from skinet.training.callbacks.setup import setup_logging_and_callbacks
     from skinet.training.data.loaders import build_dataloaders
     from skinet.training.lightning_model import LightningModel
@@ -310,8 +311,9 @@ def main() -> None:
             loggers, callbacks = setup_logging_and_callbacks(vcfg, run_dir, run_name)
         timer = EpochTimer()
         if variant != "lightning-min":
+            settings = resolve_train_settings(vcfg.train)
             trainer = build_trainer(
-                vcfg, run_dir, loggers, [*callbacks, timer], deterministic=False
+                vcfg, settings, run_dir, loggers, [*callbacks, timer], deterministic=False
             )
         else:
             trainer = L.Trainer(

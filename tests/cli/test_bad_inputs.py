@@ -196,6 +196,14 @@ def _save_calibrated_exists(s: Setup) -> list[str]:
     ]
 
 
+def _resume_changes_preprocessing(s: Setup) -> list[str]:
+    config = s.config(TRAIN_CONFIG={"use_mlflow_logger": False})
+    assert main(["train", "--config", config, "--no-visualize"]) == 0
+    changes = ["DATA_CONFIG.reduced_jpeg_decode=false", "TRAIN_CONFIG.max_epochs=2"]
+    return ["train", "--config", config, "--resume", "last",
+            *(x for c in changes for x in ("--set", c))]  # fmt: skip
+
+
 def _kept(s: Setup) -> None:
     assert (s.tmp / "clinic.ckpt").read_bytes() == b"mine"
     assert not (s.tmp / "report").exists()
@@ -360,6 +368,9 @@ CASES: dict[str, Case] = {
     ),
     "cv-rerun-config-changed": Case(
         _cv_rerun_config_changed, 2, "this config changes TRAIN_CONFIG.lr: 0.001 -> 0.05"
+    ),
+    "resume-changes-preprocessing": Case(
+        _resume_changes_preprocessing, 1, "DATA_CONFIG.reduced_jpeg_decode: True -> False"
     ),
 }
 

@@ -12,6 +12,7 @@ from lightning.pytorch.callbacks import Timer
 from skinet.config.errors import ConfigError
 from skinet.config.experiment import parse_config
 from skinet.config.train import parse_max_time
+from skinet.runtime.devices import resolve_train_settings
 from skinet.training.run import build_trainer, run_training
 
 
@@ -54,10 +55,11 @@ def test_bad_max_time_is_a_config_error(value, expected) -> None:
 def test_max_time_reaches_the_trainer(tiny_config, tmp_path: Path) -> None:
     cfg = tiny_config.model_copy(deep=True)
     cfg.train.max_time = "00:01:30:00"
-    trainer = build_trainer(cfg, tmp_path, [], [], True)
+    trainer = build_trainer(cfg, resolve_train_settings(cfg.train), tmp_path, [], [], True)
     timers = [c for c in trainer.callbacks if isinstance(c, Timer)]  # type: ignore[attr-defined]
     assert len(timers) == 1 and timers[0]._duration == 5400
-    untimed = build_trainer(tiny_config, tmp_path, [], [], True)
+    settings = resolve_train_settings(tiny_config.train)
+    untimed = build_trainer(tiny_config, settings, tmp_path, [], [], True)
     assert not any(isinstance(c, Timer) for c in untimed.callbacks)  # type: ignore[attr-defined]
 
 

@@ -464,8 +464,11 @@ def test_a_run_resumed_after_a_kill_before_its_test_draws_every_epochs_plots(
     plots = run / "plots"
     assert (plots / "learning_curves.png").is_file() and (plots / "val_predictions.png").is_file()
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-    (state,) = [v for k, v in checkpoint["callbacks"].items() if k.startswith("TrainingPlots")]
-    assert sorted(state["history"]["val_loss"]) == [0, 1]
+    (state,) = [v for k, v in checkpoint["callbacks"].items() if k.startswith("EpochMetrics")]
+    assert sorted(state["history"]) == sorted(state["train"]) == ["0", "1"]
+    # The resume trained no epoch: the last recorded one's train figures are reported.
+    summary = json.loads((run / "metrics.json").read_text())["metrics"]
+    assert summary["train_loss"] == pytest.approx(state["train"]["1"]["train_loss"])
 
 
 @contextlib.contextmanager

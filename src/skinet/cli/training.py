@@ -18,7 +18,7 @@ def _run_train(args: argparse.Namespace) -> int:
     if args.init_from is not None:
         args.set = [*(args.set or []), f"TRAIN_CONFIG.init_checkpoint={json.dumps(args.init_from)}"]
     cfg = load_config_from_args(args)
-    result = run_training(cfg, visualize=not args.no_visualize, resume=args.resume)
+    result = run_training(cfg, visualize=not args.no_visualize, resume=args.resume, checked=True)
     print_run_summary(cfg, result)
     return 0
 

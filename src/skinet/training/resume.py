@@ -41,6 +41,7 @@ REFUSED: dict[str, tuple[str, ...] | None] = {
         "init_checkpoint",
         "use_ema",
         "ema_config",
+        "lr_scheduler_config.mode",  # ReduceLROnPlateau keeps its restored best under the old mode
     ),
     "DATA_CONFIG": (
         "dataset",
@@ -56,9 +57,12 @@ REFUSED: dict[str, tuple[str, ...] | None] = {
         "normalization_mode",
         "mean",
         "std",
+        "reduced_jpeg_decode",  # preprocessing (init_from.PREPROCESSING_FIELDS)
+        "max_samples_per_split",  # the training set itself
     ),
 }
-"""Fields a resume refuses to change, by section (``None``: every field of the section)."""
+"""Fields a resume refuses to change, by section (``None``: every field of the section); a
+dotted name is a field of a nested section."""
 MODEL_FIELDS_FREE = ("validate_forward", "debug_forward")
 
 
@@ -71,10 +75,17 @@ def refused_changes(saved: ExperimentConfig, current: ExperimentConfig) -> list[
         for name in fields:
             if section == "MODEL_CONFIG" and name in MODEL_FIELDS_FREE:
                 continue
-            before, after = theirs[section].get(name), ours[section].get(name)
+            before, after = _field(theirs[section], name), _field(ours[section], name)
             if before != after:
                 changes.append(f"{section}.{name}: {_show(before)} -> {_show(after)}")
     return changes
+
+
+def _field(section: dict[str, Any], dotted: str) -> Any:
+    value: Any = section
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def _show(value: Any) -> str:

@@ -1,4 +1,9 @@
-"""``train_and_evaluate``: the one place a ``Trainer`` is built, fitted and tested."""
+"""``run_training``: the one place a ``Trainer`` is built, fitted and tested.
+
+A run is its steps, each worked out once: the config checked, the plan (folder, name, resume or
+fine-tuning source, :func:`skinet.training.plan.plan_run`), the settings resolved on this
+machine (passed to the loaders, the model and the ``Trainer``), then fit and test.
+"""
 
 from __future__ import annotations
 
@@ -10,46 +15,29 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 
 from skinet.augment.checks import check_config
-from skinet.checkpoints.format import CheckpointPayload
-from skinet.config.experiment import RESOLVED_KEY, ExperimentConfig, parse_config
+from skinet.config.experiment import RESOLVED_KEY, ExperimentConfig
 from skinet.runtime.allocator import malloc_tuning, untuned_hint
 from skinet.runtime.devices import TrainSettings, config_with_resolved, resolve_train_settings
 from skinet.runtime.rank import is_launch_rank_zero
-from skinet.tracking.mlflow_utils import make_run_name, mark_run_failed, resolve_tracking_uri
+from skinet.tracking.mlflow_utils import mark_run_failed, resolve_tracking_uri
 from skinet.tracking.runs import finish_run, set_tags
 from skinet.training.callbacks.epoch_history import EpochMetricsHistory
-from skinet.training.callbacks.mlflow_artifacts import SkiNetMLFlowLogger
+from skinet.training.callbacks.mlflow_artifacts import SkiNetMLFlowLogger, best_checkpoint
 from skinet.training.callbacks.resume import ResumeStateCallback
 from skinet.training.callbacks.setup import setup_logging_and_callbacks
 from skinet.training.checkpoint_io import WholeFileCheckpointIO
-from skinet.training.data.loaders import build_dataloaders
+from skinet.training.data.loaders import DataLoaders, build_dataloaders
 from skinet.training.data.visualize import visualize_augmented_data
 from skinet.training.guards import check_output_dir, disk_full_error, out_of_memory_error
-from skinet.training.init_from import (
-    InitSource,
-    load_init_weights,
-    read_init_source,
-    read_lineage,
-    resume_config,
-    write_lineage,
-)
-from skinet.training.lightning_model import LightningModel, check_attention_upsample
+from skinet.training.init_from import load_init_weights, write_lineage
+from skinet.training.lightning_model import LightningModel
+from skinet.training.plan import RunPlan, plan_run
 from skinet.training.records import CONFIG_FILE, METRICS_FILE, RunResult, write_run_records
 from skinet.training.reproducibility import configure_reproducibility
-from skinet.training.resume import (
-    ResumeError,
-    check_resume,
-    find_last_checkpoint,
-    refusal_message,
-    refused_changes,
-    remove_empty_checkpoints,
-)
 from skinet.training.signals import RunInterrupted, stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -69,14 +57,14 @@ def write_config_file(path: Path, cfg: ExperimentConfig, settings: TrainSettings
 
 def build_trainer(
     cfg: ExperimentConfig,
+    settings: TrainSettings,
     run_dir: Path,
     loggers: list[Any],
     callbacks: list[Any],
     deterministic: bool | str,
 ) -> L.Trainer:
-    """A Lightning ``Trainer`` configured from ``TRAIN_CONFIG``."""
+    """A Lightning ``Trainer`` configured from ``TRAIN_CONFIG`` and what it resolved to here."""
     train_cfg = cfg.train
-    settings = resolve_train_settings(train_cfg)
     accelerator = "gpu" if train_cfg.accelerator == "cuda" else train_cfg.accelerator
     optional: dict[str, Any] = {
         key: getattr(train_cfg, key)
@@ -124,6 +112,8 @@ def run_training(
     resume: str | Path | None = None,
     parent_run_id: str | None = None,
     run_name: str | None = None,
+    *,
+    checked: bool = False,
 ) -> RunResult:
     """Build data, model, callbacks and loggers; fit; test the best checkpoint.
 
@@ -136,120 +126,117 @@ def run_training(
             A run whose training ended but whose test did not is tested and completed.
         parent_run_id: MLflow run to nest this run under (sweeps).
         run_name: Overrides ``{experiment_name}_seed{seed}_{timestamp}``.
+        checked: ``cfg`` already passed :func:`skinet.augment.checks.check_config` (the CLI).
 
     Returns:
         The run's outputs; ``metrics`` holds the monitored metric at its best epoch (under its
         own name), the last epoch's other validation metrics and every ``test_*`` metric.
     """
-    check_config(cfg, "the training config")  # the CLI checked it; a call from Python may not
-    train_cfg = cfg.train
-    rank_zero = is_launch_rank_zero()
-    if rank_zero:
-        check_output_dir(Path(train_cfg.output_dir))
-    if rank_zero:
-        log.debug("allocator: %s", malloc_tuning())
-        if (hint := untuned_hint()) is not None:
-            log.info("%s", hint)
+    if not checked:
+        check_config(cfg, "the training config")
+    check_machine(cfg)
     deterministic = configure_reproducibility(cfg)
-    # Only rank 0's name counts: the other ranks make no folder and write nothing, and learn
-    # rank 0's name once their process group is up (broadcast after fit).
-    run_name = (
-        run_name
-        or train_cfg.mlflow_config.run_name
-        or make_run_name(train_cfg.experiment_name, train_cfg.seed)
-    )
-    run_dir = Path(train_cfg.output_dir) / run_name
-    resume_path: Path | None = None
-    resume_run_id: str | None = None
-    init_source: InitSource | None = None
-    if resume is not None:
-        resume_path = (
-            find_last_checkpoint(train_cfg.output_dir, train_cfg.experiment_name)
-            if str(resume) == "last"
-            else Path(resume)
-        )
-        if resume_path.parent.name == "checkpoints":
-            run_dir = resume_path.parent.parent
-            run_name = run_dir.name
-        payload = CheckpointPayload.from_checkpoint(
-            check_resume(resume_path, train_cfg.max_epochs, run_dir), str(resume_path)
-        )
-        source = f"{resume_path} (checkpoint config)"
-        saved = parse_config(payload.config, source)
-        # A fine-tuned run resumes from its own checkpoint: its source is not read again.
-        cfg = resume_config(cfg, saved)
-        train_cfg = cfg.train
-        check_attention_upsample(payload, cfg)  # before any run or folder is made
-        changes = refused_changes(saved, cfg)
-        if changes:
-            raise ResumeError(refusal_message(str(resume_path), changes))
-        resume_run_id = payload.mlflow_run_id
-        remove_empty_checkpoints(resume_path.parent)
-        lineage = read_lineage(run_dir)
-    else:
-        cfg, init_source = read_init_source(cfg)
-        train_cfg = cfg.train
-        lineage = init_source.lineage if init_source is not None else None
-
+    plan = plan_run(cfg, resume, run_name)
+    cfg = plan.cfg
     # Bad data, a model too large for the memory and an unreachable tracking server all fail
     # before any run folder or MLflow run is made, so a failed start leaves nothing half-made.
-    settings = resolve_train_settings(train_cfg)
-    loaders = build_dataloaders(cfg, world_size=settings.world_size)
+    settings = resolve_train_settings(cfg.train)
+    loaders = build_dataloaders(cfg, settings)
+    model = build_model(cfg, settings)
+    history = EpochMetricsHistory()
+    tags = plan.lineage.tags() if plan.lineage else None
+    loggers, callbacks = setup_logging_and_callbacks(
+        cfg, plan.run_dir, plan.run_name, parent_run_id, plan.mlflow_run_id, tags, history
+    )
+    write_run_start(cfg, plan, settings, loaders, visualize)
+    if plan.init_source is not None:  # a resumed run has its own weights
+        load_init_weights(
+            model.model, plan.init_source.state_dict, plan.init_source.lineage.checkpoint
+        )
+    callbacks.append(ResumeStateCallback(cfg, loaders.train_dataset))
+    trainer = build_trainer(cfg, settings, plan.run_dir, loggers, callbacks, deterministic)
+    return fit_and_test(cfg, plan, trainer, model, loaders, history)
+
+
+def check_machine(cfg: ExperimentConfig) -> None:
+    """On rank 0: the output folder can hold runs; the allocator's tuning is logged."""
+    if not is_launch_rank_zero():
+        return
+    check_output_dir(Path(cfg.train.output_dir))
+    log.debug("allocator: %s", malloc_tuning())
+    if (hint := untuned_hint()) is not None:
+        log.info("%s", hint)
+
+
+def build_model(cfg: ExperimentConfig, settings: TrainSettings) -> LightningModel:
+    """The LightningModel; running out of memory says what to lower."""
     try:
-        model = LightningModel(cfg.to_yaml_dict(), resolved=settings.as_dict())
+        return LightningModel(cfg.to_yaml_dict(), resolved=settings.as_dict())
     except RuntimeError as error:
         oom = out_of_memory_error(error, cfg, "building the model")
         if oom is None:
             raise
         raise oom from error
-    loggers, callbacks = setup_logging_and_callbacks(
-        cfg, run_dir, run_name, parent_run_id, resume_run_id, lineage.tags() if lineage else None
-    )
-    if rank_zero:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_config_file(run_dir / CONFIG_FILE, cfg, settings)
-        if init_source is not None:
-            write_lineage(run_dir, init_source.lineage)
 
-    if visualize and rank_zero:
-        visualize_augmented_data(loaders.train_dataset, run_dir / "augmented_samples.png")
 
-    history = EpochMetricsHistory()
-    callbacks.append(history)
-    if init_source is not None:  # a resumed run has its own weights
-        load_init_weights(model.model, init_source.state_dict, init_source.lineage.checkpoint)
-    callbacks.append(ResumeStateCallback(cfg, loaders.train_dataset))
+def write_run_start(
+    cfg: ExperimentConfig,
+    plan: RunPlan,
+    settings: TrainSettings,
+    loaders: DataLoaders,
+    visualize: bool,
+) -> None:
+    """On rank 0: the run folder with its ``config.yaml``, lineage and augmented samples."""
+    if not is_launch_rank_zero():
+        return
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    write_config_file(plan.run_dir / CONFIG_FILE, cfg, settings)
+    if plan.init_source is not None:
+        write_lineage(plan.run_dir, plan.init_source.lineage)
+    if visualize:
+        visualize_augmented_data(loaders.train_dataset, plan.run_dir / "augmented_samples.png")
+
+
+def fit_and_test(
+    cfg: ExperimentConfig,
+    plan: RunPlan,
+    trainer: L.Trainer,
+    model: LightningModel,
+    loaders: DataLoaders,
+    history: EpochMetricsHistory,
+) -> RunResult:
+    """Fit, test the best checkpoint, write ``metrics.json`` and the records, close the run.
+
+    A stop (a signal, an error) closes the MLflow run as ``KILLED`` or ``FAILED``; running out
+    of memory or disk is re-raised as an error that says what to do.
+    """
+    loggers = trainer.loggers
     held_open = [lg for lg in loggers if isinstance(lg, SkiNetMLFlowLogger)]
     for logger in held_open:
         logger.keep_open = True  # FINISHED only once the test and metrics.json are done
-    trainer = build_trainer(cfg, run_dir, loggers, callbacks, deterministic)
-
     started = time.perf_counter()
     try:
         with stop_on_signals():
-            trainer.fit(model, loaders.train, loaders.val, ckpt_path=resume_path)
-            checkpoint = next(
-                (c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor), None
-            )
-            best_path = checkpoint.best_model_path if checkpoint is not None else ""
-            fit_metrics = best_epoch_metrics(trainer, history, best_path)
+            trainer.fit(model, loaders.train, loaders.val, ckpt_path=plan.resume_from)
+            # The best checkpoint is read once, by the history (its epoch, its weights).
+            best = history.best_checkpoint(trainer)
+            best_path = best.path if best is not None else best_checkpoint(trainer)
+            fit_metrics = best_epoch_metrics(trainer, history)
             test_metrics: dict[str, float] = {}
             if loaders.test is not None:
-                results = trainer.test(
-                    model, loaders.test, ckpt_path=best_path or None, verbose=False
-                )
+                results = trainer.test(model, loaders.test, ckpt_path=best_path, verbose=False)
                 test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
             mlflow_run_id = next(
                 (lg.run_id for lg in loggers if isinstance(lg, MLFlowLogger)), None
             )
             run_name, run_dir, mlflow_run_id = trainer.strategy.broadcast(
-                (run_name, run_dir, mlflow_run_id)
+                (plan.run_name, plan.run_dir, mlflow_run_id)
             )
             result = RunResult(
                 metrics={**fit_metrics, **test_metrics},
                 run_name=run_name,
                 run_dir=run_dir.resolve(),
-                best_checkpoint=Path(best_path).resolve() if best_path else None,
+                best_checkpoint=best_path.resolve() if best_path else None,
                 mlflow_run_id=mlflow_run_id,
                 fit_seconds=round(time.perf_counter() - started, 2),
                 epochs_trained=trainer.current_epoch,
@@ -257,17 +244,17 @@ def run_training(
             if trainer.is_global_zero:
                 summary = {**asdict(result), "monitor": cfg.sweep.monitor}
                 (run_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=str))
-                # splits.csv and MODEL_CARD.md
-                write_run_records(cfg, result, loaders, lineage.as_card() if lineage else None)
+                lineage = plan.lineage.as_card() if plan.lineage else None
+                write_run_records(cfg, result, loaders, lineage)  # splits.csv and MODEL_CARD.md
             for logger in held_open:
                 logger.keep_open = False
                 logger.finalize("success")
     except BaseException as error:
-        marked = _record_stop(cfg, loggers, error)
+        marked = _record_stop(cfg, list(loggers), error)
         oom = (
             out_of_memory_error(error, cfg, "training") if isinstance(error, RuntimeError) else None
         )
-        known = oom or disk_full_error(error, run_dir, marked)
+        known = oom or disk_full_error(error, plan.run_dir, marked)
         if known is None:
             raise
         raise known from error
@@ -275,25 +262,29 @@ def run_training(
     return result
 
 
-def best_epoch_metrics(
-    trainer: L.Trainer, history: EpochMetricsHistory, best_path: str
-) -> dict[str, float]:
+def best_epoch_metrics(trainer: L.Trainer, history: EpochMetricsHistory) -> dict[str, float]:
     """The last epoch's metrics with the best checkpoint's own ``val_*`` and ``best_epoch``.
 
     The validation metrics, the validation-optimal threshold among them, are those of the
     epoch the best checkpoint was saved at (0-based ``best_epoch``); the ``train_*`` figures
-    stay the last epoch's. Without a best checkpoint (checkpointing off), or for an epoch the
-    history does not hold, the last epoch's metrics, with ``best_epoch`` absent.
+    stay the last epoch's (from the history when this fit trained none). Without a best
+    checkpoint (checkpointing off), or for an epoch the history does not hold, the last epoch's
+    metrics, with ``best_epoch`` absent.
     """
-    last = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    if not best_path:
+    # A resume that trains no epoch (its run was killed before the test) has no train_* of its
+    # own: the last recorded epoch's stand in.
+    recorded = history.train[max(history.train)] if history.train else {}
+    last = {**recorded, **{k: float(v) for k, v in trainer.callback_metrics.items()}}
+    best = history.best_checkpoint(trainer)
+    if best is None:
         return last
-    epoch = int(torch.load(best_path, map_location="cpu", weights_only=True)["epoch"])
-    if epoch not in history.history:
-        log.warning("no recorded metrics for the best epoch %d; reporting the last epoch's", epoch)
+    if best.epoch not in history.history:
+        log.warning(
+            "no recorded metrics for the best epoch %d; reporting the last epoch's", best.epoch
+        )
         return last
     rest = {k: v for k, v in last.items() if not k.startswith("val_")}
-    return {**rest, **history.history[epoch], "best_epoch": float(epoch)}
+    return {**rest, **history.history[best.epoch], "best_epoch": float(best.epoch)}
 
 
 def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException) -> bool | None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from skinet.training.callbacks.epoch_history import EpochMetricsHistory
 from skinet.training.callbacks.plots import TrainingPlotsCallback
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -32,8 +33,9 @@ def test_plots_are_written(
     trainer_factory: Any,
     fixed_threshold: float | None,
 ) -> None:
-    callback = TrainingPlotsCallback(tmp_path / "plots", mean=(0.0,) * 3, std=(1.0,) * 3)
-    trainer = trainer_factory([], [callback], max_epochs=3)
+    history = EpochMetricsHistory()
+    callback = TrainingPlotsCallback(tmp_path / "plots", history, mean=(0.0,) * 3, std=(1.0,) * 3)
+    trainer = trainer_factory([], [history, callback], max_epochs=3)
     model = seg_model_cls(fixed_threshold=fixed_threshold)
     trainer.fit(model, *loaders)
 
@@ -44,18 +46,19 @@ def test_plots_are_written(
     ]
     for png in (tmp_path / "plots").iterdir():
         assert png.read_bytes()[:8] == PNG_MAGIC
-    assert sorted(callback.history["train_loss"]) == [0, 1, 2]
-    assert sorted(callback.history["val_dice"]) == [0, 1, 2]
-    assert sorted(callback.learning_rates) == [0, 1, 2]
-    assert callback.learning_rates[0] == pytest.approx(0.05)
+    curves = history.curves()
+    assert sorted(curves["train_loss"]) == [0, 1, 2]
+    assert sorted(curves["val_dice"]) == [0, 1, 2]
+    assert sorted(history.learning_rates) == [0, 1, 2]
+    assert history.learning_rates[0] == pytest.approx(0.05)
     # No checkpoint: everything is about the last epoch.
     assert callback.reported_epoch == 2 and not callback.from_checkpoint
-    result = callback.threshold_results[2]
-    assert callback.thresholds_used[2] == pytest.approx(float(result.optimal_threshold))
+    result = history.sweeps[2]
+    assert history.thresholds[2] == pytest.approx(float(result.optimal_threshold))
     expected_thresholds = 51 if fixed_threshold is None else 1
     assert result.thresholds.numel() == expected_thresholds
     if fixed_threshold is not None:
-        assert callback.thresholds_used[2] == pytest.approx(fixed_threshold)
+        assert history.thresholds[2] == pytest.approx(fixed_threshold)
 
 
 def test_plots_report_the_best_checkpoint_and_its_worst_images(
@@ -66,16 +69,19 @@ def test_plots_report_the_best_checkpoint_and_its_worst_images(
     checkpoint = ModelCheckpoint(
         dirpath=tmp_path / "ckpt", monitor="val_best_dice_at_threshold", mode="min"
     )
-    callback = RecordingPlots(tmp_path / "plots", mean=(0.0,) * 3, std=(1.0,) * 3, num_images=3)
-    trainer = trainer_factory([], [checkpoint, callback], max_epochs=4)
+    history = EpochMetricsHistory()
+    callback = RecordingPlots(
+        tmp_path / "plots", history, mean=(0.0,) * 3, std=(1.0,) * 3, num_images=3
+    )
+    trainer = trainer_factory([], [checkpoint, callback, history], max_epochs=4)
     trainer.fit(seg_model_cls(lr=0.2), *loaders)
 
     saved = torch.load(checkpoint.best_model_path, weights_only=True)
-    dice = callback.history["val_best_dice_at_threshold"]
+    dice = history.curves()["val_best_dice_at_threshold"]
     best_epoch = min(dice, key=lambda e: (dice[e], e))
     assert best_epoch < 3, "the test needs the best epoch to differ from the last"
     assert callback.from_checkpoint and callback.reported_epoch == saved["epoch"] == best_epoch
-    assert callback.drawn_threshold == pytest.approx(callback.thresholds_used[best_epoch])
+    assert callback.drawn_threshold == pytest.approx(history.thresholds[best_epoch])
     assert torch.equal(callback.drawn_weight, saved["state_dict"]["net.weight"])
     # The model is given back its final weights.
     assert not torch.equal(trainer.lightning_module.net.weight, saved["state_dict"]["net.weight"])
@@ -97,6 +103,6 @@ def test_plots_report_the_best_checkpoint_and_its_worst_images(
 
 def test_bad_arguments_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="mean and std"):
-        TrainingPlotsCallback(tmp_path, mean=(0.5, 0.5, 0.5))
+        TrainingPlotsCallback(tmp_path, EpochMetricsHistory(), mean=(0.5, 0.5, 0.5))
     with pytest.raises(ValueError, match="num_images"):
-        TrainingPlotsCallback(tmp_path, num_images=0)
+        TrainingPlotsCallback(tmp_path, EpochMetricsHistory(), num_images=0)

@@ -21,6 +21,7 @@ from skinet.tracking.mlflow_utils import (
     resolve_tracking_uri,
 )
 from skinet.tracking.server import LocalServer, find_free_port, start_local_server
+from skinet.training.callbacks.epoch_history import EpochMetricsHistory
 from skinet.training.callbacks.mlflow_artifacts import (
     MLflowTrainingArtifactsCallback,
     SkiNetMLFlowLogger,
@@ -279,6 +280,7 @@ def test_everything_off_gives_no_logger(tmp_path: Path, config_factory: Any) -> 
     loggers, callbacks = setup_logging_and_callbacks(cfg, tmp_path / "run", "run")
     assert loggers == []
     assert {type(c) for c in callbacks} == {
+        EpochMetricsHistory,
         SystemMetricsThreadCallback,
         ThroughputCallback,
         ProgressLogCallback,

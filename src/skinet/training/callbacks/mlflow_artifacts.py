@@ -207,6 +207,14 @@ def mlflow_loggers(trainer: L.Trainer) -> list[MLFlowLogger]:
     return [logger for logger in trainer.loggers if isinstance(logger, MLFlowLogger)]
 
 
+@rank_zero_only
+def log_artifacts(trainer: L.Trainer, paths: list[Path], folder: str) -> None:
+    """Log ``paths`` under ``folder`` to every MLflow logger of the trainer."""
+    for logger in mlflow_loggers(trainer):
+        for path in paths:
+            logger.experiment.log_artifact(logger.run_id, str(path), folder)
+
+
 def early_stopping_state(trainer: L.Trainer) -> dict[str, Any] | None:
     """The first ``EarlyStopping`` callback's settings and outcome as plain data."""
     callback = next((c for c in trainer.callbacks if isinstance(c, EarlyStopping)), None)  # type: ignore[attr-defined]

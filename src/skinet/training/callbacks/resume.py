@@ -65,7 +65,8 @@ class ResumeStateCallback(Callback):
       DataLoader worker (``SegmentationDataset.set_augmentation_epoch``), so a resumed epoch
       draws what it would have drawn, whatever the workers did before;
     - after a resume: ``CosineAnnealingLR`` gets the current config's ``T_max`` and
-      ``eta_min``, ``ReduceLROnPlateau`` its ``patience`` and ``factor``, ``EarlyStopping`` its
+      ``eta_min`` (:func:`follow_cosine`), ``ReduceLROnPlateau`` its ``patience``, ``factor``
+      and ``min_lr``, ``EarlyStopping`` its
       ``patience`` (Lightning restores all of them from the checkpoint), and a run whose
       restored early-stopping state already meets the patience stops before training another
       epoch. Settings a resume cannot apply (the learning rate, the optimizer, the model, ...)
@@ -114,17 +115,32 @@ class ResumeStateCallback(Callback):
         plateau = train.lr_scheduler_config
         for config in trainer.lr_scheduler_configs:
             if isinstance(config.scheduler, CosineAnnealingLR):
-                config.scheduler.T_max = cosine.T_max or train.max_epochs
-                config.scheduler.eta_min = cosine.eta_min
+                follow_cosine(config.scheduler, cosine.T_max or train.max_epochs, cosine.eta_min)
             elif isinstance(config.scheduler, ReduceLROnPlateau):
                 config.scheduler.patience = plateau.patience
                 config.scheduler.factor = plateau.factor
+                config.scheduler.min_lrs = [plateau.min_lr] * len(config.scheduler.min_lrs)
+                config.scheduler.default_min_lr = plateau.min_lr
         for callback in trainer.callbacks:  # type: ignore[attr-defined]
             if isinstance(callback, EarlyStopping):
                 callback.patience = train.early_stopping_config.patience
                 if callback.wait_count >= callback.patience:
                     log.info("early stopping had already stopped this run; not training further")
                     trainer.should_stop = True
+
+
+def follow_cosine(scheduler: CosineAnnealingLR, t_max: int, eta_min: float) -> None:
+    """Give a restored cosine a new period or minimum; its learning rate then follows the new
+    curve from the epoch reached (``eta_min + (lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2``),
+    where the cosine's own recursive update would continue from the old curve's value (at its
+    end, ``eta_min`` for every epoch added)."""
+    if (scheduler.T_max, scheduler.eta_min) == (t_max, eta_min):
+        return
+    scheduler.T_max, scheduler.eta_min = t_max, eta_min
+    rates = scheduler._get_closed_form_lr()
+    for group, rate in zip(scheduler.optimizer.param_groups, rates, strict=True):
+        group["lr"] = rate
+    scheduler._last_lr = [float(rate) for rate in rates]
 
 
 class ResumeAwareLearningRateMonitor(LearningRateMonitor):

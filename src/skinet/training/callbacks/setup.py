@@ -17,6 +17,7 @@ from skinet.tracking.mlflow_utils import (
 from skinet.tracking.runs import reopen_run, set_tags
 from skinet.tracking.server import check_tracking_server
 from skinet.training.callbacks.ema import WeightEMA
+from skinet.training.callbacks.epoch_history import EpochMetricsHistory
 from skinet.training.callbacks.freeze import FreezeEncoder
 from skinet.training.callbacks.mlflow_artifacts import (
     MLflowTrainingArtifactsCallback,
@@ -42,11 +43,13 @@ def setup_logging_and_callbacks(
     parent_run_id: str | None = None,
     resume_run_id: str | None = None,
     tags: dict[str, str] | None = None,
+    history: EpochMetricsHistory | None = None,
 ) -> tuple[list[Logger], list[Callback]]:
     """Build the loggers and callbacks selected by ``TRAIN_CONFIG``.
 
-    Always: ``SystemMetricsThreadCallback``, ``ThroughputCallback``, ``ProgressLogCallback`` and
-    ``TrainingPlotsCallback`` (PNGs in ``run_dir/plots``). By flag: ``EarlyStopping``,
+    Always: ``EpochMetricsHistory`` (``history``, else a new one), ``SystemMetricsThreadCallback``,
+    ``ThroughputCallback``, ``ProgressLogCallback`` and ``TrainingPlotsCallback`` (PNGs in
+    ``run_dir/plots``, drawn from the history). By flag: ``EarlyStopping``,
     ``ModelCheckpoint`` (in ``run_dir/checkpoints``; with ``save_last`` a second one writes
     ``last.ckpt`` after every epoch), ``MLFlowLogger`` with ``MLflowTrainingArtifactsCallback``,
     ``LitLogger``, ``WeightEMA``; ``LearningRateMonitor`` whenever a logger is on.
@@ -58,6 +61,7 @@ def setup_logging_and_callbacks(
         parent_run_id: MLflow run to nest this run under (a sweep's parent run).
         resume_run_id: An existing MLflow run to continue (resuming from a checkpoint).
         tags: More MLflow tags of the run (a fine-tuned run's lineage).
+        history: The run's epoch records (the run reads its best epoch there).
 
     Raises:
         TrackingError: The MLflow server does not answer (checked before anything runs).
@@ -66,7 +70,9 @@ def setup_logging_and_callbacks(
     train = cfg.train
     run_dir = Path(run_dir)
     loggers: list[Logger] = []
+    history = history if history is not None else EpochMetricsHistory()
     callbacks: list[Callback] = [
+        history,
         SystemMetricsThreadCallback(train.system_metrics_interval_sec),
         ThroughputCallback(),
         ProgressLogCallback(train.progress_log_interval_sec, train.enable_progress_bar),
@@ -119,6 +125,7 @@ def setup_logging_and_callbacks(
     callbacks.append(
         TrainingPlotsCallback(
             run_dir / "plots",
+            history,
             mean=cfg.data.mean if standard else None,
             std=cfg.data.std if standard else None,
         )

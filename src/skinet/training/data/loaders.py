@@ -23,7 +23,7 @@ from skinet.datasets.verify import decode_problems, split_problems
 from skinet.imaging.errors import DatasetError, Problem
 from skinet.imaging.normalize import build_normalizer
 from skinet.imaging.preprocess import Preprocessing, build_preprocessing
-from skinet.runtime.devices import resolve_train_settings
+from skinet.runtime.devices import TrainSettings, resolve_train_settings
 from skinet.training.data.dataset import SegmentationDataset
 from skinet.training.data.samplers import (
     EpochShuffleSampler,
@@ -129,7 +129,9 @@ def check_splits_cover_ranks(datasets: dict[str, Any], world_size: int) -> None:
             )
 
 
-def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> DataLoaders:
+def build_dataloaders(
+    cfg: ExperimentConfig, settings: TrainSettings | None = None, world_size: int | None = None
+) -> DataLoaders:
     """Checked datasets and loaders of the train/val/test splits of ``cfg``.
 
     Resolves the data root (generating the synthetic set if needed), pairs the files, carves
@@ -138,9 +140,10 @@ def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> D
 
     Args:
         cfg: The experiment config.
-        world_size: Training processes in total (``None``: what ``TRAIN_CONFIG`` resolves to
-        here); used
-            to check there is a batch for every rank. Validation and test loaders carry an
+        settings: What ``TRAIN_CONFIG`` resolved to on this machine (workers, pinned memory,
+            world size), as the run resolved it once (``None``: resolved here).
+        world_size: Training processes in total (``None``: ``settings``'); used to check
+            there is a batch for every rank. Validation and test loaders carry an
             :class:`EvalDistributedSampler`, so under DDP each image is scored exactly once.
 
     Raises:
@@ -173,7 +176,7 @@ def build_dataloaders(cfg: ExperimentConfig, world_size: int | None = None) -> D
         logger.info("RAM cache holds %.1f MB in total", total / 2**20)
 
     train_cfg = cfg.train
-    settings = resolve_train_settings(train_cfg)
+    settings = settings or resolve_train_settings(train_cfg)
     world_size = settings.world_size if world_size is None else world_size
     batch_size = train_cfg.batch_size
     check_splits_cover_ranks(datasets, world_size)
