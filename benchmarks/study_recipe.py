@@ -536,14 +536,87 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_options(options: dict[str, dict[str, Any]], robust_transforms: Path) -> None:
+    """``--list``: the options a candidate can combine."""
+    for name, overrides in options.items():
+        shown = f"TRANSFORM_CONFIG of {robust_transforms}" if name == ROBUST else overrides
+        print(f"{name}: {shown or 'the base config as it is'}")
+
+
+def _check_inputs(args: argparse.Namespace) -> None:
+    """The data folder and every external folder, checked before the first cell trains."""
+    if args.data_dir is None or not args.data_dir.is_dir():
+        raise SystemExit(f"--data-dir must be an existing folder, got {args.data_dir}")
+    from skinet.cli.arguments import external_set
+
+    for pair in args.external:
+        try:
+            external_set(pair)
+        except argparse.ArgumentTypeError as error:
+            raise SystemExit(f"--external: {error}") from None
+
+
+def _run_or_score(
+    args: argparse.Namespace,
+    cells: dict[str, dict[str, Any]],
+    key: str,
+    cell: tuple[str, int, str],
+    overrides: dict[str, Any],
+) -> dict[str, Any] | None:
+    """Train the cell, score it again (``--rescore``), or None when it finished earlier."""
+    tag, candidate, seed = cell
+    done = cells.get(key, {}).get("status") == "done"
+    if done and args.rescore:
+        print(f"[score] {key} ...", flush=True)
+        cell_dir = (args.output / "runs" / tag / candidate / f"seed{seed}").resolve()
+        return score_cell(args, cell_dir, dict(cells[key]))
+    if done:
+        print(f"[skip] {key}: finished earlier")
+        return None
+    print(f"[run]  {key} ...", flush=True)
+    return run_cell(args, candidate, seed, overrides)
+
+
+def _report_cell(key: str, row: dict[str, Any]) -> bool:
+    """Print how one cell ended; whether it failed."""
+    if row["status"] != "done":
+        print(f"[fail] {key}: {row['error']}")
+        return True
+    print(
+        f"[done] {key}: mean of set means {row['real_mean_jaccard']:.4f} (val "
+        f"{row['clean_val_jaccard']:.4f}), shift report "
+        f"{_figure(row['shifted_mean_jaccard'])}, {row['epochs']} epochs"
+    )
+    return False
+
+
+def _run_plan(
+    args: argparse.Namespace, cells: dict[str, dict[str, Any]], options: dict[str, dict[str, Any]]
+) -> int:
+    """Run every unfinished cell of the plan, saving after each; the number that failed."""
+    candidates = [c.strip() for c in args.candidates.split(",") if c.strip()]
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    plan = {c: candidate_overrides(c, options, args.robust_transforms) for c in candidates}
+    tag, failed = budget_tag(args.budget), 0
+    for candidate, overrides in plan.items():
+        for seed in seeds:
+            key = cell_key(tag, candidate, seed)
+            row = _run_or_score(args, cells, key, (tag, candidate, seed), overrides)
+            if row is None:
+                continue
+            cells[key] = row
+            save_results(args.output, cells)
+            if _report_cell(key, row):
+                failed += 1
+    return failed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every unfinished cell; 1 if any cell failed."""
     args = build_parser().parse_args(argv)
     options = {**OPTIONS, **parse_definitions(args.define)}
     if args.list:
-        for name, overrides in options.items():
-            shown = f"TRANSFORM_CONFIG of {args.robust_transforms}" if name == ROBUST else overrides
-            print(f"{name}: {shown or 'the base config as it is'}")
+        _print_options(options, args.robust_transforms)
         return 0
     if args.output is None:
         raise SystemExit("--output is required (the folder of runs and results)")
@@ -553,44 +626,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(markdown_table(cells))
         print(compare_with_baseline(args.output, cells))
         return 0
-    if args.data_dir is None or not args.data_dir.is_dir():
-        raise SystemExit(f"--data-dir must be an existing folder, got {args.data_dir}")
-    from skinet.cli.arguments import external_set
-
-    for pair in args.external:  # every folder checked before the first cell trains
-        try:
-            external_set(pair)
-        except argparse.ArgumentTypeError as error:
-            raise SystemExit(f"--external: {error}") from None
-    candidates = [c.strip() for c in args.candidates.split(",") if c.strip()]
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    plan = {c: candidate_overrides(c, options, args.robust_transforms) for c in candidates}
-    tag, failed = budget_tag(args.budget), 0
-    for candidate, overrides in plan.items():
-        for seed in seeds:
-            key = cell_key(tag, candidate, seed)
-            done = cells.get(key, {}).get("status") == "done"
-            if done and args.rescore:
-                print(f"[score] {key} ...", flush=True)
-                cell_dir = (args.output / "runs" / tag / candidate / f"seed{seed}").resolve()
-                row = score_cell(args, cell_dir, dict(cells[key]))
-            elif done:
-                print(f"[skip] {key}: finished earlier")
-                continue
-            else:
-                print(f"[run]  {key} ...", flush=True)
-                row = run_cell(args, candidate, seed, overrides)
-            cells[key] = row
-            save_results(args.output, cells)
-            if row["status"] != "done":
-                failed += 1
-                print(f"[fail] {key}: {row['error']}")
-            else:
-                print(
-                    f"[done] {key}: mean of set means {row['real_mean_jaccard']:.4f} (val "
-                    f"{row['clean_val_jaccard']:.4f}), shift report "
-                    f"{_figure(row['shifted_mean_jaccard'])}, {row['epochs']} epochs"
-                )
+    _check_inputs(args)
+    failed = _run_plan(args, cells, options)
     save_results(args.output, cells)
     print(markdown_table(cells))
     print(compare_with_baseline(args.output, cells))

@@ -76,6 +76,15 @@ def _clear_reports(output: Path) -> None:
 
 
 def _check_evaluate_options(args: argparse.Namespace) -> None:
+    """Refuse a combination of ``evaluate`` options that cannot run (usage errors, exit 2)."""
+    _check_sources(args)
+    if args.save_calibrated is not None:
+        _check_save_calibrated(args)
+    _check_external_names(args)
+
+
+def _check_sources(args: argparse.Namespace) -> None:
+    """One source of images: a folder (--images/--masks) or a split, plus --external sets."""
     if (args.images is None) != (args.masks is None):
         raise UsageError("--images and --masks go together")
     if args.images is not None and args.split not in (None, "none"):
@@ -89,26 +98,33 @@ def _check_evaluate_options(args: argparse.Namespace) -> None:
         raise UsageError("use --images with --masks, or --data-dir/--dataset/--split (not both)")
     if args.split == "none" and args.images is None and not args.external:
         raise UsageError("--split none scores nothing: add --images/--masks or --external")
-    if args.save_calibrated is not None:
-        if not args.tune_threshold:
-            raise UsageError("--save-calibrated stores the tuned threshold: add --tune-threshold")
-        source = args.checkpoint[0]
-        if len(args.checkpoint) != 1 or source.is_dir():
-            raise UsageError("--save-calibrated calibrates one checkpoint file, not an ensemble")
-        if args.save_calibrated.resolve() == source.resolve():
-            raise UsageError(
-                f"--save-calibrated {args.save_calibrated} is the checkpoint being calibrated: "
-                "give a new file name (the original stays as trained)"
-            )
-        from skinet.checkpoints.model_card import checkpoint_card_path
 
-        outputs = (args.save_calibrated, checkpoint_card_path(args.save_calibrated))
-        taken = [str(path) for path in outputs if path.exists()]
-        if taken and not args.overwrite:
-            raise UsageError(
-                f"--save-calibrated: {' and '.join(taken)} already exist(s): give a new file "
-                "name, or --overwrite to replace them"
-            )
+
+def _check_save_calibrated(args: argparse.Namespace) -> None:
+    """--save-calibrated: one tuned checkpoint file, written to a new name."""
+    if not args.tune_threshold:
+        raise UsageError("--save-calibrated stores the tuned threshold: add --tune-threshold")
+    source = args.checkpoint[0]
+    if len(args.checkpoint) != 1 or source.is_dir():
+        raise UsageError("--save-calibrated calibrates one checkpoint file, not an ensemble")
+    if args.save_calibrated.resolve() == source.resolve():
+        raise UsageError(
+            f"--save-calibrated {args.save_calibrated} is the checkpoint being calibrated: "
+            "give a new file name (the original stays as trained)"
+        )
+    from skinet.checkpoints.model_card import checkpoint_card_path
+
+    outputs = (args.save_calibrated, checkpoint_card_path(args.save_calibrated))
+    taken = [str(path) for path in outputs if path.exists()]
+    if taken and not args.overwrite:
+        raise UsageError(
+            f"--save-calibrated: {' and '.join(taken)} already exist(s): give a new file "
+            "name, or --overwrite to replace them"
+        )
+
+
+def _check_external_names(args: argparse.Namespace) -> None:
+    """--external names: distinct, and none the name of a report evaluate writes."""
     names = [external.name for external in args.external]
     if len(set(names)) != len(names):
         raise UsageError(f"--external names must differ, got {names}")

@@ -126,6 +126,20 @@ def _drop_advertisements(record: logging.LogRecord) -> bool:
     return "Tip:" not in record.getMessage()
 
 
+_REPORTED = (
+    MissingExtraError,
+    ModuleNotFoundError,
+    UsageError,
+    ConfigError,
+    FileNotFoundError,
+    TrackingError,
+    RunInterrupted,
+    KeyboardInterrupt,
+    ValueError,
+)
+"""What :func:`main` reports as one line and an exit status instead of a traceback."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``skinet`` console script.
 
@@ -139,40 +153,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_requirements(handler, _command_line(args))
         return handler(args)
-    except MissingExtraError as error:
-        log.error("%s", error)
-        return 2
-    except ModuleNotFoundError as error:
-        # An extra's module imported deeper than the handler declares (MLflow with tracking on).
-        missing = as_missing_extra(error, _command_line(args))
-        if missing is None:
+    except _REPORTED as error:
+        status = _report(error, args)
+        if status is None:
             raise
-        log.error("%s", missing)
-        return 2
-    except UsageError as error:
+        return status
+
+
+def _report(error: BaseException, args: argparse.Namespace) -> int | None:
+    """Log ``error`` as one line and return the exit status; None to raise it as it is.
+
+    Checked in the order of :data:`_REPORTED`, the first type that matches decides.
+    """
+    if isinstance(error, MissingExtraError | ModuleNotFoundError):
+        return _report_missing_module(error, args)
+    if isinstance(error, UsageError):
         log.error("%s (see %s --help)", error, _command_line(args))
         return 2
-    except (ConfigError, FileNotFoundError) as error:
+    if isinstance(error, ConfigError | FileNotFoundError):
         log.error("%s", error)
         return 2
-    except TrackingError as error:
+    if isinstance(error, TrackingError):
         log.error("%s", error)
         return 1
-    except RunInterrupted as error:
+    if isinstance(error, RunInterrupted):
         log.error("%s: the MLflow run is KILLED; continue with --resume last", error)
         return error.exit_code
-    except KeyboardInterrupt as error:
+    if isinstance(error, KeyboardInterrupt):
         # Ctrl-C outside a training run (evaluate, predict, compare, ...): one line, not a
         # traceback; the handler may say what it left (str(error)).
         detail = f": {error}" if str(error) else ""
         log.error("%s interrupted (Ctrl-C)%s", _command_line(args), detail)
         return INTERRUPTED_EXIT
-    except ValueError as error:
-        # Data, resume and sweep problems are ValueErrors with a message meant for the user.
-        if args.verbose:
-            raise
+    # ValueError: data, resume and sweep problems carry a message meant for the user.
+    if args.verbose:
+        return None
+    log.error("%s", error)
+    return 1
+
+
+def _report_missing_module(
+    error: MissingExtraError | ModuleNotFoundError, args: argparse.Namespace
+) -> int | None:
+    """A subcommand whose pip extra is not installed: exit status 2."""
+    if isinstance(error, MissingExtraError):
         log.error("%s", error)
-        return 1
+        return 2
+    # An extra's module imported deeper than the handler declares (MLflow with tracking on).
+    missing = as_missing_extra(error, _command_line(args))
+    if missing is None:
+        return None
+    log.error("%s", missing)
+    return 2
 
 
 if __name__ == "__main__":
