@@ -22,7 +22,11 @@ def test_config_show_prints_every_default_and_derived_value(
     config = _write(tiny_raw, tmp_path / "c.yaml")
     argv = ["config", "show", "--config", config, "--set", "TRAIN_CONFIG.max_epochs=7"]
     assert main(argv) == 0
+    plain = yaml.safe_load(capsys.readouterr().out)
+    assert "RESOLVED" not in plain  # resolving asks torch: only with --resolved
+    assert main([*argv, "--resolved"]) == 0
     shown = yaml.safe_load(capsys.readouterr().out)
+    assert {k: v for k, v in shown.items() if k != "RESOLVED"} == plain
     train = shown["TRAIN_CONFIG"]
     assert train["max_epochs"] == 7
     assert train["cosine_annealing_config"]["T_max"] == 7  # derived from max_epochs
