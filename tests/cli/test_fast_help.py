@@ -18,8 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "cv2", "matplotlib", "scipy")
 
 # Run in a fresh interpreter: the test process has imported torch long ago. Builds the parser,
-# asks every (nested) command for --help, --version and config show of a config with automatic values, and prints
-# which of the modules named on its command line are loaded, with the commands it asked.
+# asks every (nested) command for --help, --version and config show of a config with automatic
+# values, and prints which of the modules named on its command line are loaded, with the
+# commands it asked.
 PROBE = """
 import argparse, contextlib, io, json, sys
 from skinet.cli.main import build_parser, main

@@ -469,6 +469,8 @@ def test_a_run_resumed_after_a_kill_before_its_test_draws_every_epochs_plots(
     # The resume trained no epoch: the last recorded one's train figures are reported.
     summary = json.loads((run / "metrics.json").read_text())["metrics"]
     assert summary["train_loss"] == pytest.approx(state["train"]["1"]["train_loss"])
+    assert any(name.startswith("lr-") for name in summary)  # the learning rate and throughput
+    assert summary["perf/samples_per_sec"] == state["train"]["1"]["perf/samples_per_sec"]
 
 
 @contextlib.contextmanager

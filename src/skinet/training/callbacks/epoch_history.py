@@ -28,6 +28,10 @@ from skinet.training.callbacks.mlflow_artifacts import best_checkpoint
 
 log = logging.getLogger(__name__)
 
+REPORTED_WITH_TRAIN = ("lr-", "perf/")
+"""Prefixes of the step figures kept with each epoch's ``train_*`` (``LearningRateMonitor``'s
+``lr-<optimizer>``, :class:`~skinet.training.callbacks.throughput.ThroughputCallback`'s)."""
+
 LEGACY_PLOTS = "TrainingPlotsCallback"
 """Where checkpoints of earlier SkiNet versions kept the per-epoch records the plots draw."""
 
@@ -55,7 +59,8 @@ class BestCheckpoint:
 
 class EpochMetricsHistory(Callback):
     """``history[epoch]``: the ``val_*`` metrics of each validated epoch (0-based);
-    ``train[epoch]`` its ``train_*`` metrics, ``learning_rates[epoch]`` the first parameter
+    ``train[epoch]`` its ``train_*`` metrics (with the learning rate and throughput figures
+    logged beside them), ``learning_rates[epoch]`` the first parameter
     group's learning rate at its start, ``sweeps[epoch]`` its validation threshold sweep
     (``pl_module.val_threshold_result``) and ``thresholds[epoch]`` the threshold it chose
     (``pl_module.threshold_used`` after it)."""
@@ -98,7 +103,12 @@ class EpochMetricsHistory(Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Epoch-level train metrics are in callback_metrics here (they are reduced on access).
-        self.train[trainer.current_epoch] = _metrics(trainer, "train_", per_step=True)
+        # With the step figures a run reports beside them (learning rate, throughput), so a
+        # resume that trains no epoch still reports the last epoch's.
+        figures = _metrics(trainer, "train_", per_step=True)
+        for prefix in REPORTED_WITH_TRAIN:
+            figures.update(_metrics(trainer, prefix))
+        self.train[trainer.current_epoch] = figures
 
     def curves(self) -> dict[str, dict[int, float]]:
         """``{metric: {epoch: value}}`` of every recorded ``train_*`` and ``val_*`` metric."""
