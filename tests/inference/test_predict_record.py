@@ -218,3 +218,51 @@ def test_an_output_that_is_a_file_is_refused_before_any_work(
     assert run_cli([*argv, "--output", str(target)]) == 2
     assert f"--output {target} is a file: give a folder" in caplog.text
     assert target.read_text() == "mine"
+
+
+@pytest.mark.heavy
+def test_ctrl_c_leaves_a_record_marked_incomplete_and_a_rerun_completes_the_folder(
+    tmp_path: Path, trained_checkpoint: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(300):  # long enough to be interrupted midway
+        write_rgb(many / f"m{i:03d}.png", 256, 256, seed=i)
+    out = tmp_path / "out"
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--images", str(many)]
+    argv += ["--output", str(out), "--device", "cpu", "--batch-size", "1", "--save-overlay"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skinet.cli.main", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (out / "m000_overlay.png").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    said = " ".join(proc.communicate(timeout=60)[0].split())  # rich wraps the log lines
+    assert proc.returncode == 130, said[-3000:]
+    assert "interrupted (Ctrl-C): partial masks are left in" in said, said[-3000:]
+    assert 'predictions.json marked incomplete ("complete": false)' in said, said[-3000:]
+    assert "Traceback" not in said
+    record = json.loads((out / PREDICTIONS_FILE).read_text())
+    assert record["complete"] is False and record["arguments"]["save_overlay"] is True
+    assert len(list(out.glob("*_mask.png"))) < 300
+    # The rerun takes the folder up again (it is SkiNet's) and leaves only its own files.
+    few = tmp_path / "few"
+    few.mkdir()
+    write_rgb(few / "m000.png", 40, 40)
+    done = json.loads(_run_and_read(trained_checkpoint, few, out).read_text())
+    assert done["complete"] is True
+    assert sorted(p.name for p in out.iterdir()) == ["m000_mask.png", PREDICTIONS_FILE]
