@@ -289,6 +289,25 @@ def _cv_rerun_config_changed(s: Setup) -> list[str]:
     return ["cv", "--config", s.config(), "--folds", "2", "--set", "TRAIN_CONFIG.lr=0.05"]
 
 
+def _predict_into_a_file(s: Setup) -> list[str]:
+    (s.tmp / "masks.png").write_bytes(b"mine")
+    image = _train_images(s.data)[0]
+    argv = ["predict", "--checkpoint", "x.ckpt", "--images", str(image)]
+    return [*argv, "--output", str(s.tmp / "masks.png")]
+
+
+def _evaluate_into_a_file(s: Setup) -> list[str]:
+    (s.tmp / "report").write_bytes(b"mine")
+    argv = ["evaluate", "--checkpoint", "x.ckpt", "--split", "test"]
+    return [*argv, "--output", str(s.tmp / "report")]
+
+
+def _file_kept(s: Setup) -> None:
+    # Refused before the checkpoint (x.ckpt does not exist) is read; the file is untouched.
+    kept = s.tmp / ("masks.png" if (s.tmp / "masks.png").exists() else "report")
+    assert kept.read_bytes() == b"mine"
+
+
 @dataclass
 class Case:
     """A bad input, the command run on it, and what SkiNet must answer."""
@@ -371,6 +390,12 @@ CASES: dict[str, Case] = {
     ),
     "resume-changes-preprocessing": Case(
         _resume_changes_preprocessing, 1, "DATA_CONFIG.reduced_jpeg_decode: True -> False"
+    ),
+    "predict-output-is-a-file": Case(
+        _predict_into_a_file, 2, "is a file: give a folder", _file_kept
+    ),
+    "evaluate-output-is-a-file": Case(
+        _evaluate_into_a_file, 2, "is a file: give a folder", _file_kept
     ),
 }
 

@@ -57,3 +57,27 @@ def test_a_calibrated_card_predicts_at_the_calibrated_threshold(
     exported_card = checkpoint_card_path(exported).read_text()
     assert _lines(exported_card, OUTPUT_LINE) == _lines(card, OUTPUT_LINE)
     assert exported_card.count(CALIBRATION_HEADING) == 1
+
+
+def test_a_calibrated_card_names_its_own_file_and_the_source_run_folder(
+    tmp_path: Path, trained_checkpoint: Path
+) -> None:
+    """Saved elsewhere, the copy has no splits.csv or config.yaml beside its card: the card
+    says where they are (the source run folder), and its checkpoint line names the copy."""
+    run = trained_checkpoint.resolve().parent.parent
+    assert (run / "splits.csv").is_file() and (run / "config.yaml").is_file()
+    output = tmp_path / "clinic" / "clinic.ckpt"
+    card = _calibrate(trained_checkpoint, output, 0.3).read_text()
+    assert "beside this card" not in card
+    [checkpoint] = _lines(card, "- Checkpoint: ")
+    assert checkpoint == f"- Checkpoint: `{output.resolve()}` (calibrated)"
+    [split] = _lines(card, "splits.csv")
+    assert f"in the source run folder `{run}`" in split
+    [config] = _lines(card, "config.yaml")
+    assert f"in the source run folder `{run}`" in config
+    # Calibrated again, from the copy: still the first run's folder, the new file's name.
+    again = _calibrate(output, tmp_path / "again.ckpt", 0.2).read_text()
+    assert f"`{run}`" in again and "beside this card" not in again
+    assert _lines(again, "- Checkpoint: ") == [
+        f"- Checkpoint: `{(tmp_path / 'again.ckpt').resolve()}` (calibrated)"
+    ]

@@ -349,3 +349,52 @@ def test_ctrl_c_while_evaluating_prints_one_line_and_leaves_no_report(
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
     assert "skinet evaluate interrupted (Ctrl-C): no report is left in" in " ".join(output.split())
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # the first set's too
+
+
+@pytest.mark.parametrize("dataset", ["isic2017", "synthetic"])
+def test_a_checkpoints_relative_data_dir_missing_here_asks_for_data_dir(
+    trained_checkpoint: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    dataset: str,
+) -> None:
+    """Run from another folder, the checkpoint's relative data_dir is not there: say so, and
+    that --data-dir gives the dataset (not that a synthetic set should be generated)."""
+    import torch
+    from tests.helpers.inference import rewrite_checkpoint
+
+    config = torch.load(trained_checkpoint, map_location="cpu", weights_only=True)["skinet"]
+    config = config["config"]
+    config["DATA_CONFIG"].update(data_dir="data/skin", dataset=dataset)
+    checkpoint = rewrite_checkpoint(trained_checkpoint, tmp_path / "rel.ckpt", config=config)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    argv = ["evaluate", "--checkpoint", str(checkpoint), "--split", "test", "--device", "cpu"]
+    assert run_cli([*argv, "--output", str(tmp_path / "report")]) == 1
+    assert (
+        "the checkpoint's DATA_CONFIG.data_dir data/skin (relative to the current folder) does "
+        f"not exist (looked in {elsewhere / 'data' / 'skin'}): give --data-dir"
+    ) in caplog.text
+    assert "not generated yet" not in caplog.text
+    assert not (tmp_path / "report").exists() and not (elsewhere / "data").exists()
+
+
+def test_summary_json_records_the_threshold_without_float32_noise(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    import torch
+    from tests.helpers.inference import rewrite_checkpoint
+
+    noisy = float(torch.tensor(0.44, dtype=torch.float32))
+    assert noisy != 0.44
+    checkpoint = rewrite_checkpoint(
+        trained_checkpoint, tmp_path / "n.ckpt", val_optimal_threshold=noisy
+    )
+    images, masks = _external_folder(tmp_path / "set", with_mask=2).split("=")[1].split(":")
+    argv = ["evaluate", "--checkpoint", str(checkpoint), "--images", images, "--masks", masks]
+    out = tmp_path / "report"
+    assert run_cli([*argv, "--device", "cpu", "--gallery", "0", "--output", str(out)]) == 0
+    text = (out / "summary.json").read_text()
+    assert json.loads(text)["threshold"] == 0.44 and "0.43999" not in text

@@ -10,7 +10,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from tests.helpers.inference import run_cli, write_rgb
+from tests.helpers.inference import rewrite_checkpoint, run_cli, write_rgb
 
 from skinet import __version__
 from skinet.checkpoints.read import load_checkpoint
@@ -65,7 +65,7 @@ def test_predictions_json_holds_the_threshold_and_source_that_made_the_masks(
     threshold = record["threshold"]
     if kind == "plain":
         own = load_checkpoint(trained_checkpoint)
-        assert threshold == {"value": own.threshold, "source": "validation sweep"}
+        assert threshold == {"value": round(own.threshold, 6), "source": "validation sweep"}
         assert own.threshold == own.val_optimal_threshold
     elif kind == "calibrated":
         assert threshold["value"] == CALIBRATED and threshold["source"] == "calibrated"
@@ -128,3 +128,141 @@ def test_predict_refuses_a_folder_of_files_it_did_not_write(
     assert run_cli([*argv, "--output", str(truth), "--overwrite"]) == 0
     assert (truth / "img0_mask.png").read_bytes() != b"hand-drawn"
     assert (truth / PREDICTIONS_FILE).is_file()
+
+
+def test_thresholds_are_recorded_without_float32_noise(
+    tmp_path: Path, trained_checkpoint: Path, images: Path
+) -> None:
+    import torch
+
+    noisy = float(torch.tensor(0.44, dtype=torch.float32))  # 0.4399999976158142
+    assert noisy != 0.44
+    checkpoint = rewrite_checkpoint(
+        trained_checkpoint, tmp_path / "n.ckpt", val_optimal_threshold=noisy
+    )
+    text = (_run_and_read(checkpoint, images, tmp_path / "out")).read_text()
+    assert '"value": 0.44,' in text and "0.43999" not in text
+
+
+def _run_and_read(checkpoint: Path, images: Path, output: Path, *extra: str) -> Path:
+    argv = ["predict", "--checkpoint", str(checkpoint), "--images", str(images)]
+    assert run_cli([*argv, "--output", str(output), "--device", "cpu", *extra]) == 0
+    return output / PREDICTIONS_FILE
+
+
+def test_predicting_again_removes_only_the_files_the_earlier_run_wrote(
+    tmp_path: Path, trained_checkpoint: Path, images: Path
+) -> None:
+    out = tmp_path / "out"
+    first = json.loads(
+        _run_and_read(trained_checkpoint, images, out, "--save-overlay", "--save-proba").read_text()
+    )
+    assert first["complete"] is True
+    assert sorted(first["written"]) == sorted(
+        f"img{i}_{kind}.png" for i in range(3) for kind in ("mask", "proba", "overlay")
+    )
+    (out / "notes.txt").write_text("mine")  # not listed by the record: kept
+    (out / "other_overlay.png").write_bytes(b"mine")
+    again = json.loads(_run_and_read(trained_checkpoint, images, out).read_text())
+    assert again["complete"] is True and again["outputs"]["save_overlay"] is False
+    assert sorted(again["written"]) == [f"img{i}_mask.png" for i in range(3)]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [*again["written"], PREDICTIONS_FILE, "notes.txt", "other_overlay.png"]
+    )
+    assert (
+        again["arguments"]["input"] == str(images) and again["arguments"]["save_overlay"] is False
+    )
+
+
+def test_a_folder_of_a_stopped_run_is_taken_up_again(
+    tmp_path: Path, trained_checkpoint: Path, images: Path
+) -> None:
+    """A stopped run's record: ``"complete": false`` and the files it was writing."""
+    out = tmp_path / "out"
+    record = _run_and_read(trained_checkpoint, images, out, "--save-overlay")
+    stopped = json.loads(record.read_text())
+    stopped.update(complete=False, written=[*stopped["written"], "img9_mask.png"])
+    record.write_text(json.dumps(stopped))
+    (out / "img9_mask.png").write_bytes(b"stale")  # an image removed since
+    again = json.loads(_run_and_read(trained_checkpoint, images, out).read_text())
+    assert again["complete"] is True
+    assert sorted(p.name for p in out.iterdir()) == sorted([*again["written"], PREDICTIONS_FILE])
+
+
+def test_a_record_never_removes_files_outside_what_predict_writes(
+    tmp_path: Path, trained_checkpoint: Path, images: Path
+) -> None:
+    out = tmp_path / "out"
+    record = _run_and_read(trained_checkpoint, images, out)
+    edited = json.loads(record.read_text())
+    (tmp_path / "outside_mask.png").write_bytes(b"mine")
+    (out / "notes.txt").write_text("mine")
+    edited["written"] += ["../outside_mask.png", "notes.txt", "/etc/hostname"]
+    record.write_text(json.dumps(edited))
+    _run_and_read(trained_checkpoint, images, out)
+    assert (tmp_path / "outside_mask.png").read_bytes() == b"mine"
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_an_output_that_is_a_file_is_refused_before_any_work(
+    tmp_path: Path, trained_checkpoint: Path, images: Path, command: str, caplog
+) -> None:
+    target = tmp_path / "result"
+    target.write_text("mine")
+    argv = [command, "--checkpoint", str(trained_checkpoint), "--device", "cpu"]
+    if command == "predict":
+        argv += ["--images", str(images)]
+    else:
+        argv += ["--images", str(images), "--masks", str(images)]
+    assert run_cli([*argv, "--output", str(target)]) == 2
+    assert f"--output {target} is a file: give a folder" in caplog.text
+    assert target.read_text() == "mine"
+
+
+@pytest.mark.heavy
+def test_ctrl_c_leaves_a_record_marked_incomplete_and_a_rerun_completes_the_folder(
+    tmp_path: Path, trained_checkpoint: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(300):  # long enough to be interrupted midway
+        write_rgb(many / f"m{i:03d}.png", 256, 256, seed=i)
+    out = tmp_path / "out"
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--images", str(many)]
+    argv += ["--output", str(out), "--device", "cpu", "--batch-size", "1", "--save-overlay"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skinet.cli.main", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (out / "m000_overlay.png").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    said = " ".join(proc.communicate(timeout=60)[0].split())  # rich wraps the log lines
+    assert proc.returncode == 130, said[-3000:]
+    assert "interrupted (Ctrl-C): partial masks are left in" in said, said[-3000:]
+    assert 'predictions.json marked incomplete ("complete": false)' in said, said[-3000:]
+    assert "Traceback" not in said
+    record = json.loads((out / PREDICTIONS_FILE).read_text())
+    assert record["complete"] is False and record["arguments"]["save_overlay"] is True
+    assert len(list(out.glob("*_mask.png"))) < 300
+    # The rerun takes the folder up again (it is SkiNet's) and leaves only its own files.
+    few = tmp_path / "few"
+    few.mkdir()
+    write_rgb(few / "m000.png", 40, 40)
+    done = json.loads(_run_and_read(trained_checkpoint, few, out).read_text())
+    assert done["complete"] is True
+    assert sorted(p.name for p in out.iterdir()) == ["m000_mask.png", PREDICTIONS_FILE]

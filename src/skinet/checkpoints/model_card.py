@@ -51,6 +51,10 @@ CALIBRATION_HEADING = "## Calibration"
 OUTPUT_LINE = "- Output: one logit per pixel; probability = sigmoid, lesion where probability >= "
 """How the card's line on the prediction threshold starts."""
 _EVALUATED_AT = "test metrics at threshold"
+_CHECKPOINT_LINE = "- Checkpoint: "
+_BESIDE = "beside this card"
+"""How a run's card points at its ``splits.csv`` and ``config.yaml``: a calibrated copy's card,
+saved elsewhere, names the source run folder instead."""
 _SOURCE_NOTE = re.compile(r" \(the source model's threshold; .*\):$")
 
 
@@ -68,14 +72,28 @@ def output_line(threshold: Threshold) -> str:
     return f"{OUTPUT_LINE}the threshold ({_figure(threshold.value)}: {threshold.origin})."
 
 
-def calibrate_card(text: str, threshold: Threshold) -> str:
+def calibrate_card(
+    text: str,
+    threshold: Threshold,
+    checkpoint: Path | None = None,
+    source_run: Path | None = None,
+) -> str:
     """A model card stating a calibrated ``threshold``: its output line names it, the evaluation
     says its figures are at the source model's threshold, and its ``## Calibration`` section
-    (one only) says where it was tuned."""
+    (one only) says where it was tuned.
+
+    With ``checkpoint`` (the calibrated file), the card's checkpoint line names it. A run's card
+    points at ``splits.csv`` and ``config.yaml`` "beside this card"; the calibrated card names
+    ``source_run``, the run folder that holds them, instead (the source run's, without it).
+    """
     if threshold.calibration is None:
         raise ValueError("calibrate_card needs a calibrated threshold")
+    where = f"in the source run folder `{source_run}`" if source_run else "of the source run"
     lines = []
     for line in text.split(CALIBRATION_HEADING)[0].rstrip("\n").splitlines():
+        line = line.replace(_BESIDE, where)
+        if checkpoint is not None and line.startswith(_CHECKPOINT_LINE):
+            line, checkpoint = f"{_CHECKPOINT_LINE}`{checkpoint}` (calibrated)", None
         if line.startswith(OUTPUT_LINE):
             line = output_line(threshold)
         elif _EVALUATED_AT in line and line.endswith(":"):
@@ -84,6 +102,8 @@ def calibrate_card(text: str, threshold: Threshold) -> str:
                 f"{_figure(threshold.value)}, see Calibration):"
             )
         lines.append(line)
+    if checkpoint is not None:  # a card without a checkpoint line
+        lines += ["", f"{_CHECKPOINT_LINE}`{checkpoint}` (calibrated)"]
     return "\n".join(lines) + "\n\n" + calibration_section(threshold.calibration) + "\n"
 
 
@@ -198,7 +218,7 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         lines += [f"  - `{member}`" for member in inputs.members]
     lines += _lineage_lines(inputs.init_from)
     if inputs.checkpoint:
-        lines.append(f"- Checkpoint: `{inputs.checkpoint}`")
+        lines.append(f"{_CHECKPOINT_LINE}`{inputs.checkpoint}`")
     if inputs.mlflow_run_id:
         lines.append(f"- MLflow run: `{inputs.mlflow_run_id}`")
     lines += [
@@ -223,7 +243,7 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         *(
             [
                 f"- Samples per split: {counts}.",
-                f"- Split: {split_source}; the split used is `splits.csv` beside this card "
+                f"- Split: {split_source}; the split used is `splits.csv` {_BESIDE} "
                 f"(SHA-256 `{inputs.split_file_sha256 or 'n/a'}`).",
             ]
             if inputs.split_counts
@@ -249,7 +269,7 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         inputs.command or "skinet train --config config.yaml",
         "```",
         "",
-        "with this config (`config.yaml` beside this card):",
+        f"with this config (`config.yaml` {_BESIDE}):",
         "",
         "```yaml",
         yaml.safe_dump(cfg.to_yaml_dict(), sort_keys=False).rstrip(),

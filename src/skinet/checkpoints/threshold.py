@@ -136,3 +136,20 @@ def ensemble_mean(members: Sequence[Threshold]) -> Threshold:
         return members[0]
     mean = statistics.fmean(member.value for member in members)
     return Threshold(mean, "ensemble mean", members=tuple(members))
+
+
+RECORD_DIGITS = 6
+"""Decimals of thresholds in the JSON records people read (``predictions.json``,
+``summary.json``): a float32 0.44 reads 0.44, not 0.4399999976158142. Masks are made with the
+unrounded value."""
+
+
+def rounded(value: Any, digits: int = RECORD_DIGITS) -> Any:
+    """``value`` with every float in it rounded to ``digits`` decimals (for a JSON record)."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, Mapping):
+        return {key: rounded(item, digits) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(item, digits) for item in value]
+    return value

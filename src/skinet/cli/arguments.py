@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from skinet.config.errors import ConfigError
+from skinet.config.errors import ConfigError, UsageError
 from skinet.datasets.registry import LAYOUTS
 
 if TYPE_CHECKING:
@@ -125,6 +125,12 @@ def add_option(
     action = parser.add_argument(*names, *hidden, **kwargs)
     action.option_strings = [name for name in action.option_strings if name not in hidden]
     return action
+
+
+def check_output_folder(path: Path, option: str = "--output") -> None:
+    """Refuse an output folder option that names an existing file (exit 2, nothing done)."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path} is a file: give a folder")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

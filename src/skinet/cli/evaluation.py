@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from skinet.cli.arguments import check_output_folder
 from skinet.cli.inference import (
     build_predictor,
     checkpoint_info,
@@ -21,6 +22,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """Score a checkpoint on a split, a labelled folder and external sets, or predicted masks."""
     from skinet.evaluation.mask_folders import evaluate_mask_folders
 
+    check_output_folder(args.output)
     if args.predictions is not None:
         if args.masks is None or args.checkpoint is not None:
             raise UsageError("use --predictions with --masks, or --checkpoint (not both)")

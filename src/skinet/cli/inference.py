@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from skinet.cli.arguments import add_option, positive_int, probability
+from skinet.cli.arguments import add_option, check_output_folder, positive_int, probability
 from skinet.config.errors import UsageError
 from skinet.inference.options import DEFAULT_OPSET, DEFAULT_TOLERANCE, EXPORT_FORMATS
 
@@ -91,34 +91,32 @@ def report_failures(failures: dict[Any, str], what: str, total: int) -> None:
 def run_predict(args: argparse.Namespace) -> int:
     """Predict masks for a file or folder; 1 if any image failed."""
     from skinet.inference.ensemble import resolve_checkpoints
-    from skinet.inference.predict import check_unique_stems, list_images, predict_paths
+    from skinet.inference.predict import predict_paths
     from skinet.inference.predict_record import (
         PREDICTIONS_FILE,
-        check_output_dir,
         predictions_record,
         write_predictions_record,
     )
 
-    paths = list_images(args.input)
-    if not paths:
-        raise FileNotFoundError(f"no images (.jpg, .png, .bmp, .tif) in {args.input}")
-    try:
-        check_unique_stems(paths)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    check_output_dir(args.output, paths, overwrite=args.overwrite)
+    paths = _checked_inputs(args)
     predictor = build_predictor(args)
     log.info("threshold %.3f, %d image(s) -> %s", predictor.threshold, len(paths), args.output)
-    # Until this run's own record is written, the folder does not look complete.
-    (args.output / PREDICTIONS_FILE).unlink(missing_ok=True)
-    report = predict_paths(
-        predictor,
-        paths,
-        args.output,
-        save_proba=args.save_proba,
-        save_overlay=args.save_overlay,
-        io_workers=args.io_workers,
-    )
+    arguments = _plain_arguments(args)
+    _start_record(args, paths, arguments)
+    try:
+        report = predict_paths(
+            predictor,
+            paths,
+            args.output,
+            save_proba=args.save_proba,
+            save_overlay=args.save_overlay,
+            io_workers=args.io_workers,
+        )
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(
+            f"partial masks are left in {args.output}, its {PREDICTIONS_FILE} marked incomplete "
+            '("complete": false); rerun the command to replace them'
+        ) from None
     failures = {p.name: m for p, m in report.failures.items()}
     record = predictions_record(
         predictor,
@@ -128,11 +126,73 @@ def run_predict(args: argparse.Namespace) -> int:
         len(report.written),
         failures,
         {"save_proba": args.save_proba, "save_overlay": args.save_overlay},
+        arguments,
+        _written_files(args, report.written),
     )
     write_predictions_record(args.output, record)
     log.info("wrote %d mask(s) and %s to %s", len(report.written), PREDICTIONS_FILE, args.output)
     report_failures(failures, "images", len(paths))
     return report.exit_code
+
+
+def _checked_inputs(args: argparse.Namespace) -> list[Path]:
+    """The images to predict, once --output and the inputs are known to be usable (exit 2)."""
+    from skinet.inference.predict import check_unique_stems, list_images
+    from skinet.inference.predict_record import check_output_dir
+
+    check_output_folder(args.output)
+    paths = list_images(args.input)
+    if not paths:
+        raise FileNotFoundError(f"no images (.jpg, .png, .bmp, .tif) in {args.input}")
+    try:
+        check_unique_stems(paths)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    check_output_dir(args.output, paths, overwrite=args.overwrite)
+    return paths
+
+
+def _plain_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The command's arguments as JSON data (paths as text)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return [plain(item) for item in value]
+        return str(value) if isinstance(value, Path) else value
+
+    return {key: plain(value) for key, value in vars(args).items() if not callable(value)}
+
+
+def _start_record(args: argparse.Namespace, paths: list[Path], arguments: dict[str, Any]) -> None:
+    """Mark the folder as this run's, incomplete, then remove an earlier run's files.
+
+    The record lists the earlier files too until they are gone, so a run stopped here still
+    leaves a folder whose rerun clears them.
+    """
+    from skinet.inference.predict import output_names
+    from skinet.inference.predict_record import (
+        earlier_outputs,
+        remove_outputs,
+        started_record,
+        write_predictions_record,
+    )
+
+    planned = [n for p in paths for n in output_names(p.stem, args.save_proba, args.save_overlay)]
+    earlier = earlier_outputs(args.output) if args.output.is_dir() else []
+    args.output.mkdir(parents=True, exist_ok=True)
+    listed = [*dict.fromkeys([*planned, *earlier])]
+    write_predictions_record(args.output, started_record(arguments, listed))
+    removed = remove_outputs(args.output, earlier)
+    if removed:
+        log.info("removed %d file(s) an earlier prediction wrote to %s", removed, args.output)
+
+
+def _written_files(args: argparse.Namespace, masks: list[Path]) -> list[str]:
+    """The names of the files written for the images whose mask was written."""
+    from skinet.inference.predict import output_names
+
+    stems = [mask.name.removesuffix("_mask.png") for mask in masks]
+    return [n for s in stems for n in output_names(s, args.save_proba, args.save_overlay)]
 
 
 def run_export(args: argparse.Namespace) -> int:

@@ -88,6 +88,35 @@ def resolve_root(cfg: ExperimentConfig | DataConfig, *, generate: bool = True) -
     )
 
 
+def _checkpoint_root(data: DataConfig) -> Path:
+    """The dataset folder of a checkpoint's ``DATA_CONFIG`` (never generated).
+
+    Raises:
+        DatasetError: It does not exist (or is no complete synthetic set): give ``--data-dir``.
+    """
+    try:
+        return resolve_root(data, generate=False)
+    except DatasetError:
+        data_dir = Path(data_dir_of(data))
+        candidates = candidate_roots(data_dir, data.azure_blob_mount_point, data.local_data_root)
+        if data_dir.expanduser().is_absolute():
+            where = ""
+        elif len(candidates) == 1:
+            where = " (relative to the current folder)"
+        else:
+            where = " (relative to DATA_CONFIG's mount point or local root, or the current folder)"
+        problem = (
+            "is not a complete synthetic dataset"
+            if any(c.is_dir() for c in candidates)
+            else "does not exist"
+        )
+        looked = ", ".join(str(c) for c in candidates)
+        raise DatasetError(
+            f"the checkpoint's DATA_CONFIG.data_dir {data_dir}{where} {problem} (looked in "
+            f"{looked}): give --data-dir with the dataset folder"
+        ) from None
+
+
 def split_pairs(
     index: DatasetIndex,
     data: DataConfig,
@@ -142,7 +171,7 @@ def select_samples(
         raise ValueError(f"split must be one of {', '.join(SPLITS)} or all, got {split!r}")
     data = data_config(cfg)
     if data_dir is None:  # the config's own folder: split as its training run split it
-        root = resolve_root(data, generate=False)
+        root = _checkpoint_root(data)
         split_file, recorded = data.split_file, recorded_split
     else:  # another folder: split by its layout alone
         root, split_file, recorded = Path(data_dir), None, None

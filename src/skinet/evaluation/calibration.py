@@ -19,7 +19,12 @@ from typing import Any
 import torch
 
 from skinet.checkpoints.format import CHECKPOINT_KEY, CheckpointError, CheckpointPayload
-from skinet.checkpoints.model_card import calibrate_card, checkpoint_card_path, find_checkpoint_card
+from skinet.checkpoints.model_card import (
+    MODEL_CARD_FILE,
+    calibrate_card,
+    checkpoint_card_path,
+    find_checkpoint_card,
+)
 from skinet.checkpoints.read import read_checkpoint_file
 from skinet.checkpoints.threshold import calibrated_threshold
 from skinet.evaluation.tuning import TunedThreshold
@@ -96,4 +101,7 @@ def _card_text(source: Path, output: Path, calibration: dict[str, Any]) -> str:
     threshold, with a calibration section (a recalibrated copy states only its newest)."""
     found = find_checkpoint_card(source)
     text = found.read_text() if found is not None else f"# Model card: {output.stem}\n"
-    return calibrate_card(text, calibrated_threshold(calibration))
+    # A run folder's card: its splits.csv and config.yaml lie in that folder.
+    run = found.parent if found is not None and found.name == MODEL_CARD_FILE else None
+    threshold = calibrated_threshold(calibration)
+    return calibrate_card(text, threshold, checkpoint=output.resolve(), source_run=run)

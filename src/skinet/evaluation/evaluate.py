@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from skinet.checkpoints.threshold import rounded
 from skinet.datasets.layouts import Sample
 from skinet.datasets.locate import select_samples as select_samples  # scripts take pairs here
 from skinet.evaluation.figures import plot_jaccard_histogram as draw_jaccard_histogram
@@ -239,6 +240,9 @@ def write_evaluation(result: EvaluationResult, output_dir: Path) -> dict[str, Pa
             paths["gallery"] = written
     # Last: a summary.json says the reports beside it are complete.
     summary = {k: None if _is_nan(v) else v for k, v in result.summary.items()}
+    for key in ("threshold", "calibration"):  # float32 noise, not figures a person reads
+        if key in summary:
+            summary[key] = rounded(summary[key])
     paths["summary"].write_text(json.dumps(summary, indent=2, allow_nan=False))
     return paths
 

@@ -76,6 +76,20 @@ def check_unique_stems(paths: Sequence[Path]) -> None:
         seen[path.stem] = path
 
 
+OUTPUT_SUFFIXES = ("_mask.png", "_proba.png", "_proba.npy", "_overlay.png")
+"""How the names of the files :func:`predict_paths` writes end (after the input's stem)."""
+
+
+def output_names(stem: str, save_proba: ProbaFormat | None, save_overlay: bool) -> list[str]:
+    """The files :func:`predict_paths` writes for an input of this stem."""
+    names = [f"{stem}_mask.png"]
+    if save_proba is not None:
+        names.append(f"{stem}_proba.{save_proba}")
+    if save_overlay:
+        names.append(f"{stem}_overlay.png")
+    return names
+
+
 def draw_overlay(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """The RGB image with the mask's outline drawn on it (line width ~0.4% of the image)."""
     overlay = image.copy()

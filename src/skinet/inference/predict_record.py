@@ -3,12 +3,15 @@ agrees to write into.
 
 ``predictions.json`` records how the masks were made (checkpoints with their SHA-256, the
 threshold and its source, preprocessing, TTA and post-processing, the SkiNet version), as
-nnU-Net records its prediction arguments. It is written last, to a temporary file renamed into
-place, so a folder whose run was cut short never looks complete.
+nnU-Net records its prediction arguments, and the files the run wrote (``written``). It is
+written twice, each time to a temporary file renamed into place: at the start marked
+``"complete": false`` (with the arguments and every file the run may write), and at the end
+``"complete": true``. A folder whose run was cut short never looks complete.
 
 The same file marks a folder as SkiNet's: ``skinet predict`` writes into a new or empty folder or
-one with a ``predictions.json`` of its own (its masks are replaced), and refuses a folder that
-holds the input images or other files unless ``--overwrite`` is given.
+one with a ``predictions.json`` of its own (complete or not: the files it lists as written are
+removed first, and only those), and refuses a folder that holds the input images or other files
+unless ``--overwrite`` is given.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from skinet import __version__
+from skinet.checkpoints.threshold import rounded
 from skinet.config.errors import UsageError
 from skinet.imaging.preprocess import build_preprocessing
+from skinet.inference.predict import OUTPUT_SUFFIXES
 from skinet.inference.predictor import Predictor
 
 PREDICTIONS_FILE = "predictions.json"
@@ -45,14 +50,62 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _own_record(output_dir: Path) -> Mapping[str, Any] | None:
+    """The ``predictions.json`` of ``output_dir`` if ``skinet predict`` wrote it."""
+    try:
+        data = json.loads((output_dir / PREDICTIONS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, Mapping) and data.get("written_by") == WRITTEN_BY else None
+
+
 def written_by_skinet(output_dir: Path) -> bool:
     """Whether ``output_dir`` holds a ``predictions.json`` that ``skinet predict`` wrote."""
-    record = output_dir / PREDICTIONS_FILE
-    try:
-        data = json.loads(record.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, Mapping) and data.get("written_by") == WRITTEN_BY
+    return _own_record(output_dir) is not None
+
+
+def earlier_outputs(output_dir: Path) -> list[str]:
+    """The files an earlier ``skinet predict`` into ``output_dir`` lists as ``written``.
+
+    Only plain names of this folder that end as a prediction output does (``_mask.png``,
+    ``_proba.png``, ``_proba.npy``, ``_overlay.png``): a record never names another file.
+    """
+    record = _own_record(output_dir)
+    names = record.get("written") if record is not None else None
+    if not isinstance(names, list):
+        return []
+    return [
+        name
+        for name in names
+        if isinstance(name, str)
+        and Path(name).name == name
+        and not name.startswith(".")
+        and name.endswith(OUTPUT_SUFFIXES)
+    ]
+
+
+def remove_outputs(output_dir: Path, names: Sequence[str]) -> int:
+    """Remove the files ``names`` of ``output_dir`` that exist; how many were removed."""
+    removed = 0
+    for name in names:
+        path = output_dir / name
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+            removed += 1
+    return removed
+
+
+def started_record(arguments: Mapping[str, Any], files: Sequence[str]) -> dict[str, Any]:
+    """``predictions.json`` while a run is under way: ``"complete": false``, the arguments, and
+    every file it may write (``written``), so a rerun recognises the folder and clears them."""
+    return {
+        "written_by": WRITTEN_BY,
+        "complete": False,
+        "skinet_version": __version__,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "arguments": dict(arguments),
+        "written": list(files),
+    }
 
 
 def check_output_dir(output_dir: Path, images: Sequence[Path], overwrite: bool = False) -> None:
@@ -60,11 +113,14 @@ def check_output_dir(output_dir: Path, images: Sequence[Path], overwrite: bool =
 
     Accepted: a missing or empty folder (hidden files aside), or one with a ``predictions.json``
     of SkiNet's own (a previous prediction, whose masks are replaced). Refused, unless
-    ``overwrite``: the folder of the input images, or any other folder with files in it.
+    ``overwrite``: the folder of the input images, or any other folder with files in it. Refused
+    always: an existing file.
 
     Raises:
         OutputFolderError: Naming the folder and ``--overwrite``; nothing has been written.
     """
+    if output_dir.exists() and not output_dir.is_dir():
+        raise OutputFolderError(f"--output {output_dir} is a file: give a folder")
     if overwrite or not output_dir.is_dir():
         return
     target = output_dir.resolve()
@@ -93,8 +149,10 @@ def predictions_record(
     written: int,
     failures: Mapping[str, str],
     outputs: Mapping[str, Any],
+    arguments: Mapping[str, Any] | None = None,
+    files: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The contents of ``predictions.json`` (plain data).
+    """The contents of ``predictions.json`` of a finished run (plain data).
 
     Args:
         predictor: The model that made the masks (threshold, preprocessing, TTA, post-processing).
@@ -102,16 +160,18 @@ def predictions_record(
         source: The input image file or folder.
         num_images: Images given; ``written``: masks written; ``failures``: name -> reason.
         outputs: What was written per image besides the mask (``save_proba``, ``save_overlay``).
+        arguments: The command's arguments; ``files``: the names of the files written.
     """
     data = predictor.config.data
     return {
         "written_by": WRITTEN_BY,
+        "complete": True,
         "skinet_version": __version__,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "checkpoints": [
             {"path": str(path.resolve()), "sha256": file_sha256(path)} for path in checkpoints
         ],
-        "threshold": predictor.threshold_choice.to_dict(),
+        "threshold": rounded(predictor.threshold_choice.to_dict()),
         "preprocessing": {
             "image_size": data.image_size,
             "normalization_mode": data.normalization_mode,
@@ -129,6 +189,8 @@ def predictions_record(
         "num_images": num_images,
         "num_masks": written,
         "failures": dict(failures),
+        "arguments": dict(arguments or {}),
+        "written": list(files),
     }
 
 
