@@ -302,6 +302,17 @@ def _evaluate_into_a_file(s: Setup) -> list[str]:
     return [*argv, "--output", str(s.tmp / "report")]
 
 
+def _robustness_into_a_file(s: Setup) -> list[str]:
+    (s.tmp / "report").write_bytes(b"mine")
+    return ["robustness", "--checkpoint", "x.ckpt", "--output", str(s.tmp / "report")]
+
+
+def _compare_into_a_file(s: Setup) -> list[str]:
+    (s.tmp / "report").write_bytes(b"mine")
+    models = [str(s.tmp / "a"), str(s.tmp / "b")]
+    return ["compare", *models, "--split", "test", "--output", str(s.tmp / "report")]
+
+
 def _file_kept(s: Setup) -> None:
     # Refused before the checkpoint (x.ckpt does not exist) is read; the file is untouched.
     kept = s.tmp / ("masks.png" if (s.tmp / "masks.png").exists() else "report")
@@ -396,6 +407,12 @@ CASES: dict[str, Case] = {
     ),
     "evaluate-output-is-a-file": Case(
         _evaluate_into_a_file, 2, "is a file: give a folder", _file_kept
+    ),
+    "robustness-output-is-a-file": Case(
+        _robustness_into_a_file, 2, "is a file: give a folder", _file_kept
+    ),
+    "compare-output-is-a-file": Case(
+        _compare_into_a_file, 2, "is a file: give a folder", _file_kept
     ),
 }
 

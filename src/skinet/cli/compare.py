@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from skinet.cli.arguments import DATASET_NAMES, external_set, positive_int, probability
+from skinet.cli.arguments import (
+    DATASET_NAMES,
+    check_output_folder,
+    external_set,
+    positive_int,
+    probability,
+)
 from skinet.cli.inference import add_model_options, build_predictor
 from skinet.config.errors import UsageError
 from skinet.evaluation.options import SPLIT_CHOICES
@@ -61,6 +67,7 @@ def run_compare(args: argparse.Namespace) -> int:
         raise UsageError(f"model names must differ, got {names}: name them with NAME=PATH")
     if args.split == "none" and not args.external:
         raise UsageError("nothing to score: give --split (of --data-dir) and/or --external")
+    check_output_folder(args.output)
     sets = _labelled_sets(args)
     scores: dict[str, dict[str, list[dict[str, float]]]] = {name: {} for name in sets}
     for spec in args.models:

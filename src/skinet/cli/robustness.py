@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from skinet.cli import inference as model_options
-from skinet.cli.arguments import DATASET_NAMES, add_option
+from skinet.cli.arguments import DATASET_NAMES, add_option, check_output_folder
 from skinet.cli.evaluation import recorded_split, refuse_leak
 from skinet.evaluation.options import SPLIT_CHOICES
 
@@ -26,6 +26,7 @@ def run_robustness(args: argparse.Namespace) -> int:
     )
     from skinet.evaluation.shifts import select_shifts
 
+    check_output_folder(args.output)
     if (args.images is None) != (args.masks is None):
         log.error("--images and --masks go together")
         return 2
