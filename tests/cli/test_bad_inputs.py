@@ -310,6 +310,8 @@ def _robustness_into_a_file(s: Setup) -> list[str]:
 def _compare_into_a_file(s: Setup) -> list[str]:
     (s.tmp / "report").write_bytes(b"mine")
     models = [str(s.tmp / "a"), str(s.tmp / "b")]
+    for folder in models:  # two (empty) folders of predicted masks
+        Path(folder).mkdir()
     return ["compare", *models, "--split", "test", "--output", str(s.tmp / "report")]
 
 
