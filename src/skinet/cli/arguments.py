@@ -127,6 +127,25 @@ def add_option(
     return action
 
 
+def add_data_dir_options(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--data-dir`` (old spelling ``--data``; ``args.data``) and ``--dataset``: a data folder
+    and its layout, by default ``default``'s ``DATA_CONFIG``."""
+    add_option(
+        parser,
+        "--data-dir",
+        hidden=("--data",),
+        dest="data",
+        metavar="DATA_DIR",
+        type=Path,
+        help=f"dataset folder (default: {default}'s DATA_CONFIG)",
+    )
+    parser.add_argument(
+        "--dataset",
+        choices=DATASET_NAMES,
+        help=f"layout of --data-dir (default: {default}'s DATA_CONFIG.dataset)",
+    )
+
+
 def check_output_folder(path: Path, option: str = "--output") -> None:
     """Refuse an output folder option that names an existing file (exit 2, nothing done)."""
     if path.exists() and not path.is_dir():

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from skinet.cli.arguments import (
-    DATASET_NAMES,
+    add_data_dir_options,
     check_output_folder,
     external_set,
     positive_int,
@@ -99,7 +99,7 @@ def _labelled_sets(args: argparse.Namespace) -> dict[str, Any]:
         from skinet.evaluation.evaluate import select_samples
 
         config = _split_config(args)
-        sets[args.split] = select_samples(config, args.data_dir, args.dataset, args.split)
+        sets[args.split] = select_samples(config, args.data, args.dataset, args.split)
     for external in args.external:
         if external.name in sets:
             raise UsageError(f"two sets are named {external.name!r}: rename the --external one")
@@ -116,7 +116,7 @@ def _split_config(args: argparse.Namespace) -> Any:
         for path in spec.paths:
             if path.is_file():
                 return load_checkpoint(path).config
-    if args.data_dir is None or args.dataset is None:
+    if args.data is None or args.dataset is None:
         raise UsageError(
             "--split of prediction folders needs --data-dir and --dataset (no checkpoint "
             "says where the images are)"
@@ -167,14 +167,7 @@ def add_compare_subcommand(subparsers: Any) -> None:
         metavar="NAME=IMAGES:MASKS",
         help="a labelled folder to compare on (repeatable)",
     )
-    compare.add_argument(
-        "--data-dir",
-        type=Path,
-        help="data folder whose --split is compared (default: the first checkpoint's DATA_CONFIG)",
-    )
-    compare.add_argument(
-        "--dataset", choices=DATASET_NAMES, help="layout of --data-dir (default: the checkpoint's)"
-    )
+    add_data_dir_options(compare, "the first checkpoint")
     compare.add_argument(
         "--split",
         default="none",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from skinet.cli.arguments import (
-    DATASET_NAMES,
+    add_data_dir_options,
     add_option,
     external_set,
     non_negative_int,
@@ -64,20 +64,7 @@ def add_evaluate_subcommand(subparsers: Any) -> None:
         action="store_true",
         help="let --save-calibrated replace an existing file and its model card",
     )
-    add_option(
-        evaluate,
-        "--data-dir",
-        hidden=("--data",),
-        dest="data",
-        metavar="DATA_DIR",
-        type=Path,
-        help="dataset folder (default: the checkpoint's DATA_CONFIG)",
-    )
-    evaluate.add_argument(
-        "--dataset",
-        choices=DATASET_NAMES,
-        help="layout of --data-dir (default: the checkpoint's DATA_CONFIG.dataset)",
-    )
+    add_data_dir_options(evaluate, "the checkpoint")
     evaluate.add_argument(
         "--split",
         choices=(*SPLIT_CHOICES, "none"),

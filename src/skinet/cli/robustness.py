@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from skinet.cli import inference as model_options
-from skinet.cli.arguments import DATASET_NAMES, add_option, check_output_folder
+from skinet.cli.arguments import add_data_dir_options, check_output_folder
 from skinet.cli.evaluation import recorded_split, refuse_leak
 from skinet.evaluation.options import SPLIT_CHOICES
 
@@ -72,20 +72,7 @@ def add_robustness_subcommand(subparsers: Any) -> None:
         "robustness", help="mean per-image Jaccard of a checkpoint under device-like shifts"
     )
     robustness.add_argument("--checkpoint", required=True, **model_options.CHECKPOINTS)
-    add_option(
-        robustness,
-        "--data-dir",
-        hidden=("--data",),
-        dest="data",
-        metavar="DATA_DIR",
-        type=Path,
-        help="dataset folder (default: the checkpoint's DATA_CONFIG)",
-    )
-    robustness.add_argument(
-        "--dataset",
-        choices=DATASET_NAMES,
-        help="layout of --data-dir (default: the checkpoint's DATA_CONFIG.dataset)",
-    )
+    add_data_dir_options(robustness, "the checkpoint")
     robustness.add_argument(
         "--split", default="test", choices=SPLIT_CHOICES, help="split to score (default test)"
     )

@@ -9,7 +9,6 @@ layout the readers expect. A finished archive leaves a marker, so re-running ski
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from skinet.datasets.registry import Archive, get_layout
+from skinet.runtime.files import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -110,14 +110,11 @@ def download_file(
 def _check_sha256(path: Path, expected: str | None) -> Path:
     if expected is None:
         return path
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK_BYTES):
-            digest.update(chunk)
-    if digest.hexdigest() != expected.lower():
+    found = file_sha256(path)
+    if found != expected.lower():
         path.unlink()
         raise DownloadError(
-            f"{path}: SHA-256 {digest.hexdigest()} does not match the expected {expected}; "
+            f"{path}: SHA-256 {found} does not match the expected {expected}; "
             "the file was deleted, re-run to download it again"
         )
     return path

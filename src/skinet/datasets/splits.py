@@ -8,12 +8,12 @@ the same samples again. The file must name every sample the layout finds, and on
 from __future__ import annotations
 
 import csv
-import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from skinet.datasets.layouts import SPLITS, DatasetIndex, Sample
 from skinet.imaging.errors import DatasetError
+from skinet.runtime.files import file_sha256
 
 SPLIT_FILE_NAME = "splits.csv"
 """The split a run used, written into its folder."""
@@ -115,7 +115,7 @@ def write_split_file(splits: Mapping[str, Sequence[Sample] | Sequence[str]], pat
 
 def split_file_sha256(path: Path) -> str:
     """The SHA-256 of a split file's bytes (identifies a split in the model card)."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return file_sha256(path)
 
 
 def apply_recorded_split(

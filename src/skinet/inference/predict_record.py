@@ -16,7 +16,6 @@ unless ``--overwrite`` is given.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -30,6 +29,7 @@ from skinet.config.errors import UsageError
 from skinet.imaging.preprocess import build_preprocessing
 from skinet.inference.predict import OUTPUT_SUFFIXES
 from skinet.inference.predictor import Predictor
+from skinet.runtime.files import file_sha256
 
 PREDICTIONS_FILE = "predictions.json"
 """The record ``skinet predict`` writes beside the masks."""
@@ -39,15 +39,6 @@ WRITTEN_BY = "skinet predict"
 
 class OutputFolderError(UsageError):
     """``--output`` holds files ``skinet predict`` did not write: exit 2, nothing written."""
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _own_record(output_dir: Path) -> Mapping[str, Any] | None:

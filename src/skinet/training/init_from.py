@@ -11,7 +11,6 @@ its MLflow run go to the new run's MLflow tags and model card (:class:`InitLinea
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from dataclasses import asdict, dataclass
@@ -23,6 +22,7 @@ from skinet.checkpoints.format import CheckpointError
 from skinet.checkpoints.read import load_checkpoint
 from skinet.config.experiment import ExperimentConfig, parse_config
 from skinet.models.unet2d import UNet2D
+from skinet.runtime.files import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def read_init_source(cfg: ExperimentConfig) -> tuple[ExperimentConfig, InitSourc
     load_init_weights(UNet2D(**merged.model.model_dump()), source.state_dict, str(path))
     lineage = InitLineage(
         checkpoint=str(Path(path).resolve()),
-        sha256=_sha256(Path(path)),
+        sha256=file_sha256(path),
         mlflow_run_id=source.payload.mlflow_run_id,
         experiment_name=source.config.train.experiment_name,
     )
@@ -214,11 +214,3 @@ def _hint() -> str:
         "remove the MODEL_CONFIG fields the config sets, so that the checkpoint's are used, "
         "or start without --init-from"
     )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
