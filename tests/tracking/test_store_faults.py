@@ -3,23 +3,18 @@ one named with what to do, and a run marked FAILED on a disk without a free byte
 
 from __future__ import annotations
 
-import os
 import resource
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from mlflow.tracking import MlflowClient
 from tests.helpers.small_disk import fill, small_disk
+from tests.helpers.train_process import train_in_process
 
 from skinet.tracking.mlflow_utils import TrackingError, ensure_experiment, mark_run_failed
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _file_size_limit() -> None:
@@ -34,22 +29,8 @@ def test_a_store_that_cannot_be_built_is_one_line_and_leaves_nothing_to_trip_the
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     output = Path(tiny_raw["TRAIN_CONFIG"]["output_dir"])
     tiny_raw["TRAIN_CONFIG"].update(use_mlflow_logger=True)
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump(tiny_raw))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_URI")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO)])
-    env["COLUMNS"] = "1000"
-    proc = subprocess.run(
-        [sys.executable, "-m", "skinet.cli.main", "train", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-        preexec_fn=_file_size_limit,
-    )
-    text = proc.stdout + proc.stderr
-    assert proc.returncode == 1, text[-3000:]
+    returncode, text = train_in_process(tiny_raw, tmp_path, preexec_fn=_file_size_limit)
+    assert returncode == 1, text[-3000:]
     assert "Traceback" not in text and "[SQL:" not in text, text[-3000:]
     last = text.strip().splitlines()[-1]
     assert f"could not create the MLflow store {output / 'mlflow.db'}" in last, text[-3000:]

@@ -9,21 +9,17 @@ file of the run but the checkpoints, which a wider model makes larger than it.
 
 from __future__ import annotations
 
-import os
 import resource
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import yaml
 from tests.helpers.small_disk import small_disk
+from tests.helpers.train_process import train_in_process
 
-REPO = Path(__file__).resolve().parents[2]
 LIMIT = 6 * 2**20
 
 
@@ -43,22 +39,8 @@ def test_a_full_disk_mid_run_is_one_line_a_failed_run_and_no_partial_checkpoint(
     shutil.copyfile(mlflow_db_template, output / "mlflow.db")
     tiny_raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=True)
     tiny_raw["MODEL_CONFIG"].update(out_channels_layer1=32, number_of_layers=4)  # ~20 MB ckpt
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump(tiny_raw))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_URI")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO)])
-    env["COLUMNS"] = "400"
-    proc = subprocess.run(
-        [sys.executable, "-m", "skinet.cli.main", "train", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-        preexec_fn=_limited,
-    )
-    output_text = proc.stdout + proc.stderr
-    assert proc.returncode == 1, output_text[-3000:]
+    returncode, output_text = train_in_process(tiny_raw, tmp_path, 400, _limited)
+    assert returncode == 1, output_text[-3000:]
     assert "the disk is full: writing" in output_text and ".ckpt" in output_text, output_text
     assert "--resume last" in output_text
     assert "Traceback" not in output_text and "sqlalchemy" not in output_text.lower()
@@ -90,21 +72,8 @@ def test_a_disk_that_really_fills_up_names_the_checkpoint_and_keeps_no_partial_f
             output_dir=str(output), max_epochs=3, use_mlflow_logger=True
         )
         tiny_raw["MODEL_CONFIG"].update(out_channels_layer1=16, number_of_layers=4)
-        config = tmp_path / "c.yaml"
-        config.write_text(yaml.safe_dump(tiny_raw))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_URI")}
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO)])
-        env["COLUMNS"] = "1000"
-        proc = subprocess.run(
-            [sys.executable, "-m", "skinet.cli.main", "train", "--config", str(config)],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            timeout=300,
-        )
-        output_text = proc.stdout + proc.stderr
-        assert proc.returncode == 1, output_text[-3000:]
+        returncode, output_text = train_in_process(tiny_raw, tmp_path)
+        assert returncode == 1, output_text[-3000:]
         last = output_text.strip().splitlines()[-1]
         [run] = [p for p in output.iterdir() if p.is_dir() and (p / "config.yaml").is_file()]
         assert f"the disk is full: writing {run / 'checkpoints'}" in last, output_text[-3000:]
