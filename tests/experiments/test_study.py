@@ -166,7 +166,7 @@ def test_two_workers_share_the_grid(tiny_raw: dict[str, Any], tmp_path: Path) ->
     storage = f"sqlite:///{tmp_path / 'shared.db'}"
     workers = [_worker(config, storage, 0.3) for _ in range(2)]
     outputs = [w.communicate(timeout=120)[0] for w in workers]
-    assert [w.returncode for w in workers] == [0, 0], outputs
+    assert [w.returncode for w in workers] == [0, 0], "\n---\n".join(o[-3000:] for o in outputs)
     ran = [
         line.split()[1:] for out in outputs for line in out.splitlines() if line.startswith("RAN")
     ]
