@@ -19,7 +19,11 @@ the model, the rest are the check set. Every arm is scored on the check set only
   extra arms: ``--calibrations``);
 - every fine-tuning variant: ``skinet train --config configs/clinic.yaml --init-from CKPT`` on
   the adapt images (its ``val_fraction`` keeps some of them to choose the epoch and the
-  threshold) with the variant's overrides (``--list`` shows them).
+  threshold) with the variant's overrides (``--list`` shows them);
+- ``kfold``: ``skinet cv --folds K`` with the same config on the adapt images (each fold
+  fine-tunes on the others and chooses its epoch and threshold on its own chunk), scored as the
+  ensemble of the K fold models (mean probability, mean of their thresholds), as
+  ``skinet evaluate --checkpoint <cv folder>`` scores it.
 
 The tables compare every arm with ``source`` and with ``calibrated``: mean per-image Jaccard and
 paired bootstrap intervals (``skinet compare``'s statistics), per source and over the mean of the
@@ -58,12 +62,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lr_low": {"TRAIN_CONFIG.lr": 3.0e-5},
     "patient": {"TRAIN_CONFIG.early_stopping_config.patience": 15, "TRAIN_CONFIG.max_epochs": 60},
     "no_aug": {"TRANSFORM_CONFIG.train_transforms": []},
+    "flips": {
+        "TRANSFORM_CONFIG.train_transforms": [
+            {"name": name, "params": {"p": 0.5}}
+            for name in ("HorizontalFlip", "VerticalFlip", "RandomRotate90")
+        ]
+    },
     "guarded": {"TRAIN_CONFIG.threshold_selection": "guarded"},
     "per_image": {"TRAIN_CONFIG.threshold_selection": "per_image"},
     "freeze": {"TRAIN_CONFIG.freeze_encoder_epochs": 3},
 }
 """Fine-tuning variant -> config overrides on top of ``configs/clinic.yaml``."""
 SCORES_FILE = "scores.json"
+KFOLD = "kfold"
 
 
 def split_source(
@@ -93,12 +104,13 @@ def split_source(
 
 
 def score(checkpoint: Path, check: Path) -> dict[str, float]:
-    """Per-image Jaccard of ``checkpoint`` on the check folder."""
+    """Per-image Jaccard of ``checkpoint`` (a file, or a cv folder: its ensemble) on the check
+    folder."""
     from skinet.evaluation.compare import score_samples
     from skinet.evaluation.mask_folders import pair_image_folder
-    from skinet.inference.predictor import Predictor
+    from skinet.inference.ensemble import build_predictor
 
-    predictor = Predictor.from_checkpoint(checkpoint, device="cpu")
+    predictor = build_predictor([checkpoint], device="cpu")
     return score_samples(predictor, pair_image_folder(check / "images", check / "masks"), False)
 
 
@@ -120,13 +132,13 @@ def calibrate(
     return calibrated, {"threshold": summary.get("threshold")}
 
 
-def fine_tune(
-    args: argparse.Namespace, adapt: Path, arm_dir: Path, overrides: dict[str, Any]
-) -> tuple[Path, dict[str, Any]]:
-    """``skinet train --config configs/clinic.yaml --init-from CKPT`` on the adapt images."""
-    command = [sys.executable, "-m", "skinet.cli.main", "train", "--config", str(args.config)]
-    command += ["--init-from", str(args.checkpoint), "--no-visualize"]
+def _skinet(
+    args: argparse.Namespace, command: list[str], adapt: Path, arm_dir: Path, overrides: dict
+) -> int:
+    """Run ``skinet <command>`` on the adapt images, its output in ``arm_dir/train.log``."""
+    command = [sys.executable, "-m", "skinet.cli.main", *command, "--config", str(args.config)]
     settings = {
+        "TRAIN_CONFIG.init_checkpoint": str(args.checkpoint),
         "DATA_CONFIG.data_dir": str(adapt),
         "TRAIN_CONFIG.output_dir": str(arm_dir / "runs"),
         "TRAIN_CONFIG.enable_progress_bar": False,
@@ -136,14 +148,43 @@ def fine_tune(
     }
     for key, value in settings.items():
         command += ["--set", f"{key}={json.dumps(value)}"]
-    log_path = arm_dir / "train.log"
-    with log_path.open("w") as log:
-        code = subprocess.run(
+    with (arm_dir / "train.log").open("w") as log:
+        return subprocess.run(
             command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **MALLOC_ENV}
         ).returncode
+
+
+def fine_tune_folds(
+    args: argparse.Namespace, adapt: Path, arm_dir: Path
+) -> tuple[Path, dict[str, Any]]:
+    """``skinet cv --folds K`` with the fine-tuning config; the cv folder (its ensemble)."""
+    code = _skinet(args, ["cv", "--folds", str(args.folds)], adapt, arm_dir, {})
+    cv_dirs = sorted((arm_dir / "runs").glob("cv_*"))
+    if code != 0 or not cv_dirs:
+        raise RuntimeError(f"skinet cv exited {code}; see {arm_dir / 'train.log'}")
+    results = sorted(cv_dirs[0].glob("results/fold_*.json"))
+    runs = [
+        json.loads((Path(json.loads(p.read_text())["run_dir"]) / "metrics.json").read_text())
+        for p in results
+    ]
+    thresholds = [run["metrics"]["val_optimal_threshold"] for run in runs]
+    info = {
+        "epochs": round(float(np.mean([run["epochs_trained"] for run in runs])), 1),
+        "best_epoch": None,
+        "fit_seconds": round(float(sum(run["fit_seconds"] for run in runs)), 1),
+        "threshold": float(np.mean(thresholds)),
+    }
+    return cv_dirs[0], info
+
+
+def fine_tune(
+    args: argparse.Namespace, adapt: Path, arm_dir: Path, overrides: dict[str, Any]
+) -> tuple[Path, dict[str, Any]]:
+    """``skinet train --config configs/clinic.yaml --init-from CKPT`` on the adapt images."""
+    code = _skinet(args, ["train", "--no-visualize"], adapt, arm_dir, overrides)
     runs = sorted((arm_dir / "runs").glob("*/metrics.json"), key=lambda p: p.stat().st_mtime)
     if code != 0 or not runs:
-        raise RuntimeError(f"skinet train exited {code}; see {log_path}")
+        raise RuntimeError(f"skinet train exited {code}; see {arm_dir / 'train.log'}")
     trained = json.loads(runs[-1].read_text())
     metrics = trained.get("metrics", {})
     info = {
@@ -172,6 +213,8 @@ def run_arm(
     elif arm.startswith(CALIBRATED):
         selection = arm.removeprefix(CALIBRATED).lstrip("_") or "pooled_dice"
         checkpoint, info = calibrate(args, adapt, arm_dir, selection)
+    elif arm == KFOLD:
+        checkpoint, info = fine_tune_folds(args, adapt, arm_dir)
     else:
         overrides = dict(options[arm])
         if arm == KEEP_THRESHOLD:
@@ -247,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--adapt", type=int, default=50, help="adapt images per source")
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the adapt/check split")
     parser.add_argument("--seed", type=int, default=42, help="TRAIN_CONFIG.seed of fine-tuning")
+    parser.add_argument("--folds", type=int, default=5, help="folds of the kfold variant")
     parser.add_argument("--list", action="store_true", help="list the variants and exit")
     parser.add_argument("--table", action="store_true", help="print the tables and exit")
     return parser
@@ -258,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         for name, overrides in options.items():
             print(f"{name}: {overrides or 'configs/clinic.yaml as it is'}")
+        print(f"{KFOLD}: skinet cv --folds {args.folds}, scored as the ensemble of the folds")
         return 0
     results_path = args.output / "results.json"
     records: dict[str, dict[str, dict[str, Any]]] = (
@@ -271,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from skinet.cli.arguments import external_set
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in options]
+    unknown = [v for v in variants if v not in options and v != KFOLD]
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}; see --list")
     for text in args.source:

@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
         "albumentations",
         "mlflow",
         "optuna",
+        "sqlalchemy",
         "psutil",
         "pynvml",
     ),
@@ -33,7 +34,7 @@ _DESCRIPTIONS = {"train": "the training extra", "onnx": "the ONNX extra"}
 
 TRAINING_MODULES = ("lightning", "torchmetrics", "albumentations")
 """What every training run imports (MLflow only when tracking is on)."""
-SWEEP_MODULES = (*TRAINING_MODULES, "optuna")
+SWEEP_MODULES = (*TRAINING_MODULES, "optuna", "sqlalchemy")
 """What an Optuna sweep imports besides."""
 
 _REQUIRED_ATTRIBUTE = "required_modules"
