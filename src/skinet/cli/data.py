@@ -192,7 +192,7 @@ def run_download(args: argparse.Namespace, console: Console | None = None) -> in
     except DownloadError as exc:
         console.print(f"[bold red]download failed:[/bold red] {escape(str(exc))}")
         return 1
-    console.print(f"[green]OK[/green] {args.dataset} is in {dest}")
+    console.print(f"[green]OK[/green] {args.dataset} is in {escape(str(dest))}", soft_wrap=True)
     return 0
 
 
@@ -213,7 +213,11 @@ def run_cache(args: argparse.Namespace, console: Console | None = None) -> int:
     if args.clear:
         removed = clear_cache(cache_dir, args.older_than)
         freed = sum(e.nbytes for e in removed) / 2**20
-        console.print(f"removed {len(removed)} cached split(s), {freed:.1f} MB, from {cache_dir}")
+        console.print(
+            f"removed {len(removed)} cached split(s), {freed:.1f} MB, from {cache_dir}",
+            markup=False,
+            soft_wrap=True,
+        )
         return 0
     entries = list_cache(cache_dir)
     # Plain aligned lines, not a table: nothing is cropped when piped, and they grep well.

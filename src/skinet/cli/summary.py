@@ -42,8 +42,9 @@ def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
     console.print(
         f"trained {result.epochs_trained} epoch(s) in {result.fit_seconds:.0f} s (fit and test)"
     )
-    console.print(f"run folder:       {result.run_dir}")
-    console.print(f"best checkpoint:  {result.best_checkpoint}")
+    # Paths print whole (no wrap, no markup): a reader copies them, and "[...]" is a name.
+    console.print(f"run folder:       {result.run_dir}", markup=False, soft_wrap=True)
+    console.print(f"best checkpoint:  {result.best_checkpoint}", markup=False, soft_wrap=True)
     if result.mlflow_run_id:
         console.print(f"MLflow run id:    {result.mlflow_run_id}")
     if cfg.train.use_mlflow_logger:
@@ -52,4 +53,4 @@ def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
             hint = f"mlflow ui --backend-store-uri {shlex.quote(uri)}"
             console.print(f"MLflow UI:        {hint}", markup=False, soft_wrap=True)
         else:
-            console.print(f"MLflow tracking:  {uri}")
+            console.print(f"MLflow tracking:  {uri}", markup=False, soft_wrap=True)
