@@ -416,6 +416,16 @@ CASES: dict[str, Case] = {
     "compare-output-is-a-file": Case(
         _compare_into_a_file, 2, "is a file: give a folder", _file_kept
     ),
+    "mistyped-required-option": Case(
+        lambda s: ["predict", "--chekpoint", "m.ckpt", "-i", "in", "-o", "out"],
+        2,
+        "unrecognized argument --chekpoint (did you mean --checkpoint?)",
+    ),
+    "mistyped-option": Case(
+        lambda s: ["predict", "--checkpoint", "m.ckpt", "-i", "in", "-o", "out", "--tresh", "0.3"],
+        2,
+        "skinet predict: error: unrecognized arguments: --tresh 0.3 (did you mean --threshold?)",
+    ),
 }
 
 

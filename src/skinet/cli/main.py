@@ -26,6 +26,7 @@ from skinet.cli.extras import (
 )
 from skinet.cli.inference import add_export_subcommand, add_predict_subcommand
 from skinet.cli.info import add_info_subcommand
+from skinet.cli.parser import SkinetArgumentParser
 from skinet.cli.robustness import add_robustness_subcommand
 from skinet.cli.training import add_training_subcommands
 from skinet.config.errors import ConfigError, UsageError
@@ -56,7 +57,7 @@ imports what it runs (Lightning, MLflow, Optuna) only when it runs."""
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each leaf subcommand sets ``func``, its handler."""
-    parser = argparse.ArgumentParser(
+    parser = SkinetArgumentParser(
         prog="skinet", description="Skin-lesion segmentation: train, sweep and evaluate UNet2D."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
