@@ -426,6 +426,11 @@ CASES: dict[str, Case] = {
         2,
         "skinet predict: error: unrecognized arguments: --tresh 0.3 (did you mean --threshold?)",
     ),
+    "option-given-twice": Case(
+        lambda s: ["predict", "--checkpoint", "m.ckpt", "--input", "a", "--images", "b", "-o", "o"],
+        2,
+        "--input and --images are the same option: give it once",
+    ),
 }
 
 

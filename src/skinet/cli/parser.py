@@ -24,7 +24,30 @@ class SkinetArgumentParser(argparse.ArgumentParser):
         self, args: Sequence[str] | None = None, namespace: Any = None
     ) -> tuple[argparse.Namespace, list[str]]:
         self._arg_strings = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(args, namespace)
+        parsed = super().parse_known_args(args, namespace)
+        self.check_one_spelling(self._arg_strings)
+        return parsed
+
+    def check_one_spelling(self, arg_strings: Sequence[str]) -> None:
+        """Refuse one option given under two of its names (``--input a --images b``), which
+        argparse would settle silently by keeping the last."""
+        seen: dict[argparse.Action, str] = {}
+        commands = {
+            name
+            for action in self._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices
+        }
+        for word in arg_strings:
+            if word == "--" or word in commands:
+                break  # what follows a subcommand is its parser's to check
+            action = self._option_string_actions.get(word.split("=", 1)[0])
+            if action is None or isinstance(action, argparse._AppendAction):
+                continue
+            name = word.split("=", 1)[0]
+            first = seen.setdefault(action, name)
+            if first != name:
+                self.error(f"{first} and {name} are the same option: give it once")
 
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None
