@@ -58,3 +58,28 @@ def test_info_survives_missing_packages_and_no_nvml() -> None:
     assert "optuna: not installed" in proc.stdout
     assert "NVML: not installed" in proc.stdout
     assert "torch: " in proc.stdout
+
+
+@pytest.mark.process
+def test_info_reads_versions_without_importing_the_libraries() -> None:
+    """The versions come from the installed distributions' metadata, the way pip reports them."""
+    script = (
+        "import sys\n"
+        "from importlib.metadata import version\n"
+        "from skinet.cli.info import collect_info\n"
+        "lines = collect_info()\n"
+        "print('\\n'.join(lines))\n"
+        "print('IMPORTED', *sorted({'lightning', 'mlflow', 'optuna'} & set(sys.modules)))\n"
+        "print('EXPECTED', version('lightning'), version('optuna'))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert "IMPORTED" in lines
+    lightning, optuna = next(ln for ln in lines if ln.startswith("EXPECTED")).split()[1:]
+    assert f"lightning: {lightning}" in lines and f"optuna: {optuna}" in lines
+    package = Path(lines[0].split("(", 1)[1].rstrip(")"))
+    assert (package / "__init__.py").is_file() and package.name == "skinet"

@@ -7,10 +7,14 @@ NVIDIA driver reads ``NVML: not available``, so the report itself never fails.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
+import importlib.util
 import os
 import platform
 import sys
+from collections.abc import Mapping
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +31,34 @@ PACKAGES = (
     ("pydantic", "pydantic"),
     ("numpy", "numpy"),
 )
-"""(name shown, module imported) of the libraries whose versions a bug report needs."""
+"""(name shown, module) of the libraries whose versions a bug report needs."""
 
 
 def _module_version(module: str) -> str:
+    """The version of the distribution that installs ``module``, read from its metadata.
+
+    Nothing is imported (Lightning, MLflow and Optuna take seconds to import) unless the module
+    comes from no installed distribution (a source checkout on the path).
+    """
+    try:
+        if importlib.util.find_spec(module) is None:
+            return "not installed"
+    except (ImportError, ValueError):
+        return "not installed"
+    for distribution in _distributions().get(module, []):
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
     try:
         return str(getattr(importlib.import_module(module), "__version__", "installed"))
     except Exception as error:  # an ImportError, or a library broken at import
         return "not installed" if isinstance(error, ImportError) else f"broken ({error})"
+
+
+@functools.cache
+def _distributions() -> Mapping[str, list[str]]:
+    return metadata.packages_distributions()
 
 
 def _torch_lines() -> list[str]:
@@ -102,7 +126,7 @@ def _data_lines(config: Path | None) -> list[str]:
 def collect_info(config: Path | None = None) -> list[str]:
     """The lines of the report; ``config`` chooses whose data roots are listed."""
     lines = [
-        f"SkiNet: {__version__} ({Path(__file__).resolve().parent})",
+        f"SkiNet: {__version__} ({Path(__file__).resolve().parents[1]})",
         f"Python: {sys.version.split()[0]} ({sys.executable})",
         f"platform: {platform.platform()}",
         *_torch_lines(),
