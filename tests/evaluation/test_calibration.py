@@ -19,6 +19,7 @@ from skinet.checkpoints.read import load_checkpoint
 from skinet.evaluation.gallery import FailureGallery, area_ratio_badness
 from skinet.inference.predictor import Predictor
 from skinet.metrics.masks import MaskMetrics, compute_mask_metrics, summarize_metrics
+from skinet.runtime.files import file_sha256
 
 
 def _disc(size: int, radius: int) -> np.ndarray:
@@ -179,7 +180,14 @@ def test_a_calibrated_threshold_is_used_by_predict_evaluate_and_export(
         ["evaluate", "--checkpoint", str(calibrated), "--images", str(images)]
         + ["--masks", str(masks), "--output", str(evaluated)]
     )
-    assert json.loads((evaluated / "summary.json").read_text())["threshold"] == tuned
+    summary = json.loads((evaluated / "summary.json").read_text())
+    assert summary["threshold"] == tuned
+    # The report names the file it scored by content, and where its threshold came from.
+    assert summary["checkpoints"] == [
+        {"path": str(calibrated.resolve()), "sha256": file_sha256(calibrated)}
+    ]
+    assert summary["threshold_choice"]["source"] == "calibrated"
+    assert summary["threshold_choice"]["calibration"]["num_images"] == 4
     assert f"threshold {tuned:.3f} (calibrated on {images.resolve()}, 4 images)" in caplog.text
     predicted = tmp_path / "predicted"
     assert (

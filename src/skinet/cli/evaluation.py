@@ -209,7 +209,10 @@ def refuse_leak(predictor: Any, args: argparse.Namespace) -> None:
 
 def _evaluate_set(predictor: Any, samples: Any, args: argparse.Namespace, split: str | None) -> Any:
     """Score one set; ``split`` is the split it is (``None`` for a labelled folder)."""
+    from skinet.checkpoints.threshold import rounded
     from skinet.evaluation.evaluate import evaluate_predictor
+    from skinet.inference.ensemble import resolve_checkpoints
+    from skinet.runtime.files import file_sha256
 
     result = evaluate_predictor(
         predictor,
@@ -220,6 +223,13 @@ def _evaluate_set(predictor: Any, samples: Any, args: argparse.Namespace, split:
     )
     result.info.update(
         checkpoint=checkpoint_info(args),
+        # Which files scored, by content, and where their threshold came from (as in
+        # predictions.json): a checkpoint overwritten later no longer matches its report.
+        checkpoints=[
+            {"path": str(path.resolve()), "sha256": file_sha256(path)}
+            for path in resolve_checkpoints(args.checkpoint)
+        ],
+        threshold_choice=rounded(predictor.threshold_choice.to_dict()),
         split=split,
         threshold=predictor.threshold,
         calibration=getattr(predictor, "calibration", None),
