@@ -482,3 +482,23 @@ def test_the_docs_table_lists_exactly_these_cases() -> None:
     assert sorted(documented) == sorted(CASES)
     for name, case in CASES.items():
         assert case.message.split(" ")[0] in documented[name], name
+
+
+@pytest.mark.parametrize(
+    ("names", "said"),
+    [
+        (["SUMMARY.JSON"], "which is the name of a report evaluate writes"),
+        (["clinic", "Clinic"], "--external names must differ (also in upper/lower case)"),
+    ],
+)
+def test_external_names_clash_in_any_case(
+    names: list[str], said: str, tmp_path: Path, caplog
+) -> None:
+    """On macOS and Windows, ``Clinic`` and ``clinic`` are one folder."""
+    (tmp_path / "i").mkdir(), (tmp_path / "m").mkdir()
+    argv = ["evaluate", "--checkpoint", "x.ckpt", "--split", "none"]
+    for name in names:
+        argv += ["--external", f"{name}={tmp_path / 'i'}:{tmp_path / 'm'}"]
+    assert _run([*argv, "--output", str(tmp_path / "report")]) == 2
+    assert said in re.sub(r"\s+", " ", caplog.text)
+    assert not (tmp_path / "report").exists()

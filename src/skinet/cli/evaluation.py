@@ -126,14 +126,16 @@ def _check_save_calibrated(args: argparse.Namespace) -> None:
 
 
 def _check_external_names(args: argparse.Namespace) -> None:
-    """--external names: distinct, and none the name of a report evaluate writes."""
+    """--external names: distinct, and none the name of a report evaluate writes, in any case
+    (``Clinic`` and ``clinic`` are one folder on macOS and Windows)."""
     names = [external.name for external in args.external]
-    if len(set(names)) != len(names):
-        raise UsageError(f"--external names must differ, got {names}")
+    if len({name.casefold() for name in names}) != len(names):
+        raise UsageError(f"--external names must differ (also in upper/lower case), got {names}")
     from skinet.evaluation.report_folder import REPORT_FILES
 
+    reports = {name.casefold() for name in REPORT_FILES}
     for external in args.external:
-        if external.name in REPORT_FILES:
+        if external.name.casefold() in reports:
             raise UsageError(
                 f"--external {external.name}=...: the set's reports go into the folder "
                 f"{args.output / external.name}, which is the name of a report evaluate writes "
