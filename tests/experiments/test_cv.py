@@ -20,6 +20,7 @@ from skinet.config.errors import UsageError
 from skinet.config.experiment import parse_config
 from skinet.datasets.locate import index_dataset
 from skinet.experiments.cv import carve_folds, cv_folder
+from skinet.runtime.files import file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -156,3 +157,23 @@ def test_a_fold_file_without_its_config_is_compared_by_the_whole_config_hash(
     _check_same_config({"config_sha256": hashlib.sha256(whole).hexdigest()}, cfg, result_path)
     with pytest.raises(UsageError, match="has SHA-256 [0-9a-f]{64}, the folds' 0+"):
         _check_same_config({"config_sha256": "0" * 64}, cfg, result_path)
+
+
+def test_cv_fine_tunes_every_fold_from_init_from(
+    tiny_raw: dict[str, Any], tmp_path: Path, trained_checkpoint: Path
+) -> None:
+    """``skinet cv --init-from``: k-fold fine-tuning on a clinic's images, as ``train`` takes it."""
+    tiny_raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False)
+    config = tmp_path / "cv.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw))
+    argv = ["cv", "--config", str(config), "--folds", "2", "--init-from", str(trained_checkpoint)]
+    assert main(argv) == 0
+    cv_dir = cv_folder(parse_config(tiny_raw), 2)
+    for fold in (1, 2):
+        result = json.loads((cv_dir / "results" / f"fold_{fold}.json").read_text())
+        run_dir = Path(result["run_dir"])
+        lineage = json.loads((run_dir / "init_from.json").read_text())
+        assert Path(lineage["checkpoint"]) == trained_checkpoint.resolve()
+        assert lineage["sha256"] == file_sha256(trained_checkpoint)
+        run_config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert run_config["TRAIN_CONFIG"]["init_checkpoint"] == str(trained_checkpoint)

@@ -163,9 +163,24 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_init_from_option(parser: argparse.ArgumentParser) -> None:
+    """``--init-from CKPT``: ``TRAIN_CONFIG.init_checkpoint`` (read by
+    :func:`load_config_from_args`)."""
+    parser.add_argument(
+        "--init-from",
+        metavar="CKPT",
+        help="fine-tune: start from this checkpoint's weights, with a fresh optimizer and "
+        "schedule (TRAIN_CONFIG.init_checkpoint)",
+    )
+
+
 def load_config_from_args(args: argparse.Namespace) -> ExperimentConfig:
-    """The config file of ``--config`` with every ``--set`` applied, its augmentations checked."""
+    """The config file of ``--config`` with every ``--set`` (then ``--init-from``) applied, its
+    augmentations checked."""
     from skinet.augment.checks import check_config
     from skinet.config.experiment import load_config
 
-    return check_config(load_config(args.config, parse_overrides(args.set or [])), str(args.config))
+    overrides = parse_overrides(args.set or [])
+    if getattr(args, "init_from", None) is not None:
+        overrides["TRAIN_CONFIG.init_checkpoint"] = args.init_from
+    return check_config(load_config(args.config, overrides), str(args.config))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from skinet.cli.arguments import (
     add_config_arguments,
+    add_init_from_option,
     load_config_from_args,
     parse_overrides,
     positive_int,
@@ -230,6 +231,7 @@ def add_experiment_subcommands(subparsers: Any) -> None:
         ),
     )
     _add_config_arguments(cv)
+    add_init_from_option(cv)
     cv.add_argument("--folds", type=positive_int, default=5, metavar="K", help="(default: 5)")
     cv.set_defaults(func=run_cv_command)
     sweep.set_defaults(func=run_sweep_command)

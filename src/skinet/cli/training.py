@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from skinet.cli.arguments import add_config_arguments, load_config_from_args
+from skinet.cli.arguments import (
+    add_config_arguments,
+    add_init_from_option,
+    load_config_from_args,
+)
 from skinet.cli.extras import TRAINING_MODULES, requires
 
 
@@ -15,8 +18,6 @@ def _run_train(args: argparse.Namespace) -> int:
     from skinet.cli.summary import print_run_summary
     from skinet.training.run import run_training
 
-    if args.init_from is not None:
-        args.set = [*(args.set or []), f"TRAIN_CONFIG.init_checkpoint={json.dumps(args.init_from)}"]
     cfg = load_config_from_args(args)
     result = run_training(cfg, visualize=not args.no_visualize, resume=args.resume, checked=True)
     print_run_summary(cfg, result)
@@ -30,12 +31,7 @@ def add_training_subcommands(subparsers: Any) -> None:
     train.add_argument(
         "--resume", metavar="PATH|last", help="continue from a checkpoint, or the newest last.ckpt"
     )
-    train.add_argument(
-        "--init-from",
-        metavar="CKPT",
-        help="fine-tune: a new run starting from this checkpoint's weights, with a fresh "
-        "optimizer and schedule (TRAIN_CONFIG.init_checkpoint)",
-    )
+    add_init_from_option(train)
     train.add_argument(
         "--no-visualize", action="store_true", help="skip the augmented-samples grid"
     )
