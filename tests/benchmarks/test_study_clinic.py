@@ -3,32 +3,22 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 import yaml
+from tests.helpers.scripts import load_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "study_clinic.py"
 CLINIC = Path(__file__).resolve().parents[2] / "configs" / "clinic.yaml"
-
-
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("study_clinic", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.heavy
 def test_the_kfold_arm_scores_the_ensemble_of_its_folds(
     tmp_path: Path, trained_checkpoint: Path, folder_tree: Path
 ) -> None:
-    study = _load_script()
+    study = load_benchmark("study_clinic")
     raw = yaml.safe_load(CLINIC.read_text())
     raw["TRAIN_CONFIG"].update(max_epochs=2, batch_size=2, accelerator="cpu")
     config = tmp_path / "clinic.yaml"

@@ -2,35 +2,24 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 from tests.helpers.config import tiny_raw_config
+from tests.helpers.scripts import load_benchmark
 
 from skinet.config.train import TrainConfig
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "study_recipe.py"
-
-
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("study_recipe", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.heavy
 def test_study_runs_cells_and_a_restart_skips_finished_ones(
     tmp_path: Path, synthetic_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    study = _load_script()
+    study = load_benchmark("study_recipe")
     raw = tiny_raw_config(tmp_path, synthetic_root)
     raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False)
     base = tmp_path / "base.yaml"
@@ -103,7 +92,7 @@ def test_study_runs_cells_and_a_restart_skips_finished_ones(
 
 
 def test_candidates_combine_options_and_reject_unknown_ones(tmp_path: Path) -> None:
-    study = _load_script()
+    study = load_benchmark("study_recipe")
     transforms = tmp_path / "robust.yaml"
     transforms.write_text("TRANSFORM_CONFIG:\n  train_transforms: []\n  seed_value: 7\n")
     overrides = study.candidate_overrides("instance+robust_aug", study.OPTIONS, transforms)
@@ -120,7 +109,7 @@ def test_candidates_combine_options_and_reject_unknown_ones(tmp_path: Path) -> N
 
 
 def test_cells_scored_on_fewer_sets_are_marked_and_not_ranked_above_the_others() -> None:
-    study = _load_script()
+    study = load_benchmark("study_recipe")
 
     def cell(candidate: str, val: float, externals: dict[str, float]) -> dict[str, Any]:
         real = (val + sum(externals.values())) / (1 + len(externals))

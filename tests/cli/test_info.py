@@ -39,6 +39,16 @@ def test_info_reports_versions_devices_and_data_roots(tmp_path: Path, capsys) ->
     assert f"{tmp_path / 'ISIC2017'}  [found]" in out
 
 
+def _python(script: str) -> str:
+    """The output of ``script`` run by a fresh interpreter on this checkout's ``src``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
 @pytest.mark.process
 def test_info_survives_missing_packages_and_no_nvml() -> None:
     # The packages are hidden from the import system as if they were not installed.
@@ -49,15 +59,11 @@ def test_info_survives_missing_packages_and_no_nvml() -> None:
         "from skinet.cli.info import collect_info\n"
         "print('\\n'.join(collect_info()))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "mlflow: not installed" in proc.stdout
-    assert "optuna: not installed" in proc.stdout
-    assert "NVML: not installed" in proc.stdout
-    assert "torch: " in proc.stdout
+    stdout = _python(script)
+    assert "mlflow: not installed" in stdout
+    assert "optuna: not installed" in stdout
+    assert "NVML: not installed" in stdout
+    assert "torch: " in stdout
 
 
 @pytest.mark.process
@@ -72,12 +78,8 @@ def test_info_reads_versions_without_importing_the_libraries() -> None:
         "print('IMPORTED', *sorted({'lightning', 'mlflow', 'optuna'} & set(sys.modules)))\n"
         "print('EXPECTED', version('lightning'), version('optuna'))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = proc.stdout.splitlines()
+    stdout = _python(script)
+    lines = stdout.splitlines()
     assert "IMPORTED" in lines
     lightning, optuna = next(ln for ln in lines if ln.startswith("EXPECTED")).split()[1:]
     assert f"lightning: {lightning}" in lines and f"optuna: {optuna}" in lines
