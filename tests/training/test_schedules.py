@@ -65,4 +65,7 @@ def test_the_budget_schedule_reaches_its_minimum_when_max_time_ends(
     last = torch.load(
         result.run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False
     )
-    assert last["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(eta_min)
+    # Lightning steps the schedule just before its Timer checks the clock, so the deadline can
+    # pass in between: the last step then sees a share a hair under 1, not exactly 1.
+    saved = last["optimizer_states"][0]["param_groups"][0]["lr"]
+    assert eta_min <= saved <= eta_min + 1e-4 * (lr - eta_min)
