@@ -22,8 +22,9 @@ the model, the rest are the check set. Every arm is scored on the check set only
   threshold) with the variant's overrides (``--list`` shows them);
 - ``kfold``: ``skinet cv --folds K`` with the same config on the adapt images (each fold
   fine-tunes on the others and chooses its epoch and threshold on its own chunk), scored as the
-  ensemble of the K fold models (mean probability, mean of their thresholds), as
-  ``skinet evaluate --checkpoint <cv folder>`` scores it.
+  ensemble of the K fold models (their mean probability, at the threshold the cv chose on the
+  pooled out-of-fold images), as ``skinet evaluate --checkpoint <cv folder>`` scores it;
+  ``kfold_<variant>`` (``kfold_guarded``, ...): the same with a variant's overrides.
 
 The tables compare every arm with ``source``, with ``calibrated`` and with ``finetune`` (the
 shipped config): mean per-image Jaccard and paired bootstrap intervals (``skinet compare``'s
@@ -155,11 +156,18 @@ def _skinet(
         ).returncode
 
 
+def kfold_variant(arm: str) -> str | None:
+    """The fine-tuning variant of a ``kfold`` or ``kfold_<variant>`` arm (``None``: neither)."""
+    if arm == KFOLD:
+        return SHIPPED
+    return arm.removeprefix(f"{KFOLD}_") if arm.startswith(f"{KFOLD}_") else None
+
+
 def fine_tune_folds(
-    args: argparse.Namespace, adapt: Path, arm_dir: Path
+    args: argparse.Namespace, adapt: Path, arm_dir: Path, overrides: dict[str, Any]
 ) -> tuple[Path, dict[str, Any]]:
     """``skinet cv --folds K`` with the fine-tuning config; the cv folder (its ensemble)."""
-    code = _skinet(args, ["cv", "--folds", str(args.folds)], adapt, arm_dir, {})
+    code = _skinet(args, ["cv", "--folds", str(args.folds)], adapt, arm_dir, overrides)
     cv_dirs = sorted((arm_dir / "runs").glob("cv_*"))
     if code != 0 or not cv_dirs:
         raise RuntimeError(f"skinet cv exited {code}; see {arm_dir / 'train.log'}")
@@ -169,11 +177,13 @@ def fine_tune_folds(
         for p in results
     ]
     thresholds = [run["metrics"]["val_optimal_threshold"] for run in runs]
+    chosen = json.loads((cv_dirs[0] / "cv_results.json").read_text()).get("ensemble_threshold")
     info = {
         "epochs": round(float(np.mean([run["epochs_trained"] for run in runs])), 1),
         "best_epoch": None,
         "fit_seconds": round(float(sum(run["fit_seconds"] for run in runs)), 1),
-        "threshold": float(np.mean(thresholds)),
+        "threshold": float(np.mean(thresholds)) if chosen is None else chosen["value"],
+        "fold_thresholds": thresholds,
     }
     return cv_dirs[0], info
 
@@ -214,8 +224,8 @@ def run_arm(
     elif arm.startswith(CALIBRATED):
         selection = arm.removeprefix(CALIBRATED).lstrip("_") or "pooled_dice"
         checkpoint, info = calibrate(args, adapt, arm_dir, selection)
-    elif arm == KFOLD:
-        checkpoint, info = fine_tune_folds(args, adapt, arm_dir)
+    elif kfold_variant(arm) is not None:
+        checkpoint, info = fine_tune_folds(args, adapt, arm_dir, dict(options[kfold_variant(arm)]))
     else:
         overrides = dict(options[arm])
         if arm == KEEP_THRESHOLD:
@@ -305,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, overrides in options.items():
             print(f"{name}: {overrides or 'configs/clinic.yaml as it is'}")
         print(f"{KFOLD}: skinet cv --folds {args.folds}, scored as the ensemble of the folds")
+        print(f"{KFOLD}_<variant>: the same with the variant's overrides")
         return 0
     results_path = args.output / "results.json"
     records: dict[str, dict[str, dict[str, Any]]] = (
@@ -318,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from skinet.cli.arguments import external_set
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in options and v != KFOLD]
+    unknown = [v for v in variants if v not in options and kfold_variant(v) not in options]
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}; see --list")
     for text in args.source:

@@ -6,7 +6,6 @@ import csv
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 from tests.helpers.scripts import load_benchmark
@@ -26,11 +25,11 @@ def test_the_kfold_arm_scores_the_ensemble_of_its_folds(
     out = tmp_path / "study"
     argv = ["--checkpoint", str(trained_checkpoint), "--output", str(out), "--config", str(config)]
     argv += ["--source", f"tiny={folder_tree / 'images'}:{folder_tree / 'masks'}"]
-    argv += ["--adapt", "6", "--folds", "2", "--variants", "finetune,flips,kfold"]
+    argv += ["--adapt", "6", "--folds", "2", "--variants", "finetune,flips,kfold,kfold_guarded"]
     assert study.main(argv) == 0
 
     records = json.loads((out / "results.json").read_text())["tiny"]
-    assert list(records) == ["source", "calibrated", "finetune", "flips", "kfold"]
+    assert list(records) == ["source", "calibrated", "finetune", "flips", "kfold", "kfold_guarded"]
     assert all(len(record["scores"]) == 4 for record in records.values())  # the check images
     kfold = records["kfold"]
     [cv_dir] = (out / "tiny" / "kfold" / "runs").glob("cv_*")
@@ -42,7 +41,12 @@ def test_the_kfold_arm_scores_the_ensemble_of_its_folds(
         ]["val_optimal_threshold"]
         for p in folds
     ]
-    assert kfold["threshold"] == pytest.approx(np.mean(thresholds))
+    assert kfold["fold_thresholds"] == pytest.approx(thresholds)
+    chosen = json.loads((cv_dir / "cv_results.json").read_text())["ensemble_threshold"]
+    assert kfold["threshold"] == chosen["value"] and chosen["selection"] == "pooled_dice"
+    [guarded_cv] = (out / "tiny" / "kfold_guarded" / "runs").glob("cv_*")
+    guarded = json.loads((guarded_cv / "cv_results.json").read_text())["ensemble_threshold"]
+    assert guarded["selection"] == "guarded"
     # The arm's scores are those `skinet evaluate` gives the cv folder (the fold ensemble).
     from skinet.cli.main import main as skinet_main
 

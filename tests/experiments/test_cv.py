@@ -15,11 +15,18 @@ from typing import Any
 import pytest
 import yaml
 
+from skinet.checkpoints.read import load_checkpoint
+from skinet.checkpoints.threshold import ENSEMBLE_THRESHOLD
 from skinet.cli.main import main
 from skinet.config.errors import UsageError
 from skinet.config.experiment import parse_config
 from skinet.datasets.locate import index_dataset
+from skinet.datasets.splits import read_split_file
+from skinet.evaluation.evaluate import read_labelled
+from skinet.evaluation.tuning import tune_on_maps
 from skinet.experiments.cv import carve_folds, cv_folder
+from skinet.inference.ensemble import build_predictor
+from skinet.inference.predictor import Predictor
 from skinet.runtime.files import file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,7 +170,9 @@ def test_cv_fine_tunes_every_fold_from_init_from(
     tiny_raw: dict[str, Any], tmp_path: Path, trained_checkpoint: Path
 ) -> None:
     """``skinet cv --init-from``: k-fold fine-tuning on a clinic's images, as ``train`` takes it."""
-    tiny_raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False)
+    tiny_raw["TRAIN_CONFIG"].update(
+        max_epochs=1, use_mlflow_logger=False, threshold_selection="guarded"
+    )
     config = tmp_path / "cv.yaml"
     config.write_text(yaml.safe_dump(tiny_raw))
     argv = ["cv", "--config", str(config), "--folds", "2", "--init-from", str(trained_checkpoint)]
@@ -177,3 +186,55 @@ def test_cv_fine_tunes_every_fold_from_init_from(
         assert lineage["sha256"] == file_sha256(trained_checkpoint)
         run_config = yaml.safe_load((run_dir / "config.yaml").read_text())
         assert run_config["TRAIN_CONFIG"]["init_checkpoint"] == str(trained_checkpoint)
+    # The ensemble's threshold keeps the source model's unless the out-of-fold images show a
+    # clear gain, as each fold's sweep does.
+    chosen = json.loads((cv_dir / "cv_results.json").read_text())[ENSEMBLE_THRESHOLD]
+    source = load_checkpoint(trained_checkpoint).threshold
+    assert chosen["selection"] == "guarded"
+    assert chosen["source_threshold"] == pytest.approx(source, abs=1e-6)
+
+
+def test_the_folds_ensemble_predicts_at_the_threshold_chosen_out_of_fold(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    """One threshold chosen on every image's out-of-fold probabilities, not the mean of the
+    folds' thresholds; ``predict`` and ``export`` use it and say where it came from."""
+    tiny_raw["TRAIN_CONFIG"].update(max_epochs=2, use_mlflow_logger=False)
+    config = tmp_path / "cv.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw))
+    assert main(["cv", "--config", str(config), "--folds", "2"]) == 0
+    cfg = parse_config(tiny_raw)
+    cv_dir = cv_folder(cfg, 2)
+    chosen = json.loads((cv_dir / "cv_results.json").read_text())[ENSEMBLE_THRESHOLD]
+    assert chosen["num_images"] == 12 and chosen["selection"] == "pooled_dice"
+
+    # The same choice, made here from each fold's model on the chunk it did not train on.
+    _, splits = index_dataset(cfg)
+    by_id = {s.id: s for name in ("train", "val") for s in splits[name]}
+    maps = []
+    for fold in (1, 2):
+        result = json.loads((cv_dir / "results" / f"fold_{fold}.json").read_text())
+        predictor = Predictor.from_checkpoint(result["best_checkpoint"], device="cpu")
+        chunk = read_split_file(cv_dir / "splits" / f"fold_{fold}.csv")
+        pairs = [read_labelled(by_id[i]) for i, split in chunk.items() if split == "val"]
+        probs = predictor.predict_proba_batch([image for image, _ in pairs])
+        maps += [(p, mask) for p, (_, mask) in zip(probs, pairs, strict=True)]
+    assert chosen["value"] == pytest.approx(tune_on_maps(maps).threshold, abs=1e-6)
+
+    ensemble = build_predictor([cv_dir], device="cpu")
+    assert ensemble.threshold_choice.source == "out-of-fold"
+    assert ensemble.threshold == pytest.approx(chosen["value"], abs=1e-6)
+    assert len(ensemble.threshold_choice.members) == 2
+    output = tmp_path / "masks"
+    images = str(splits["test"][0].image_path.parent)
+    argv = ["predict", "--checkpoint", str(cv_dir), "--input", images, "--output", str(output)]
+    assert main(argv) == 0
+    recorded = json.loads((output / "predictions.json").read_text())["threshold"]
+    assert recorded["source"] == "out-of-fold"
+    assert recorded["calibration"]["num_images"] == 12
+
+    # A cv folder from before the record keeps the mean of the folds' thresholds.
+    summary = json.loads((cv_dir / "cv_results.json").read_text())
+    del summary[ENSEMBLE_THRESHOLD]
+    (cv_dir / "cv_results.json").write_text(json.dumps(summary))
+    assert build_predictor([cv_dir], device="cpu").threshold_choice.source == "ensemble mean"

@@ -12,7 +12,9 @@ One value object, :class:`Threshold`, is made once from a checkpoint
 3. ``validation sweep``: the threshold the training run chose on its validation set;
 4. ``default``: :data:`DEFAULT_THRESHOLD` when the checkpoint records none.
 
-An ensemble's threshold is ``ensemble mean``: the mean of its members' (:func:`ensemble_mean`).
+An ensemble's threshold is ``ensemble mean``: the mean of its members' (:func:`ensemble_mean`),
+except a ``skinet cv`` folder's, ``out-of-fold``: chosen on the out-of-fold probabilities of
+every training image (:func:`out_of_fold_threshold`).
 This module imports neither torch nor Lightning.
 """
 
@@ -26,11 +28,22 @@ from typing import Any, Literal
 DEFAULT_THRESHOLD = 0.5
 """Probability threshold when a checkpoint records none."""
 
-ThresholdSource = Literal["calibrated", "fixed", "validation sweep", "default", "ensemble mean"]
+ThresholdSource = Literal[
+    "calibrated", "fixed", "validation sweep", "default", "ensemble mean", "out-of-fold"
+]
 GIVEN = "--threshold"
 """``Threshold.set_by`` of a threshold the user gave."""
 TRAIN_FIXED = "TRAIN_CONFIG.optimal_threshold"
 """``Threshold.set_by`` of a threshold fixed in the training config."""
+TUNING_RECORD_KEYS = (
+    "tuned_on",
+    "num_images",
+    "selection",
+    "source_checkpoint",
+    "source_threshold",
+    "created",
+)
+"""What the JSON records keep of a tuned threshold's record (``Threshold.calibration``)."""
 
 
 @dataclass(frozen=True)
@@ -39,12 +52,12 @@ class Threshold:
 
     Attributes:
         value: The threshold in ``[0, 1]``.
-        source: ``calibrated``, ``fixed``, ``validation sweep``, ``default`` or
-            ``ensemble mean`` (see the module docs).
+        source: ``calibrated``, ``fixed``, ``validation sweep``, ``default``,
+            ``ensemble mean`` or ``out-of-fold`` (see the module docs).
         set_by: For ``fixed``: ``--threshold`` or ``TRAIN_CONFIG.optimal_threshold``.
-        calibration: For ``calibrated``: the checkpoint's calibration record (``tuned_on``,
-            ``num_images``, ``source_threshold``, ...).
-        members: For ``ensemble mean``: each member's threshold.
+        calibration: For ``calibrated`` and ``out-of-fold``: how it was tuned (``tuned_on``,
+            ``num_images``, ``selection``, ``source_threshold``, ...).
+        members: For ``ensemble mean`` and ``out-of-fold``: each member's threshold.
     """
 
     value: float
@@ -76,11 +89,17 @@ class Threshold:
         if self.source == "ensemble mean":
             values = ", ".join(f"{member.value:.3f}" for member in self.members)
             return f"mean of the members' thresholds ({values})"
+        if self.source == "out-of-fold":
+            calibration = self.calibration or {}
+            return (
+                f"chosen on the {calibration.get('num_images', '?')} out-of-fold images of the "
+                f"cross-validation, {calibration.get('selection', 'pooled_dice')}"
+            )
         return "the default: the checkpoint records none"
 
     def describe(self) -> str:
         """One line for the log: ``threshold 0.460 (calibrated on ..., 12 images)``."""
-        if self.source == "ensemble mean":
+        if self.source in ("ensemble mean", "out-of-fold"):
             return (
                 f"ensemble of {len(self.members)} models, threshold {self.value:.3f} "
                 f"= {self.origin}"
@@ -93,8 +112,8 @@ class Threshold:
         if self.set_by is not None:
             data["set_by"] = self.set_by
         if self.calibration is not None:
-            keys = ("tuned_on", "num_images", "source_checkpoint", "source_threshold", "created")
-            data["calibration"] = {k: self.calibration[k] for k in keys if k in self.calibration}
+            kept = (k for k in TUNING_RECORD_KEYS if k in self.calibration)
+            data["calibration"] = {k: self.calibration[k] for k in kept}
         if self.members:
             data["members"] = [member.to_dict() for member in self.members]
         return data
@@ -136,6 +155,18 @@ def ensemble_mean(members: Sequence[Threshold]) -> Threshold:
         return members[0]
     mean = statistics.fmean(member.value for member in members)
     return Threshold(mean, "ensemble mean", members=tuple(members))
+
+
+ENSEMBLE_THRESHOLD = "ensemble_threshold"
+"""The key of a ``skinet cv`` folder's ``cv_results.json`` that records its threshold."""
+
+
+def out_of_fold_threshold(record: Mapping[str, Any], members: Sequence[Threshold]) -> Threshold:
+    """A ``skinet cv`` folder's threshold: its ``cv_results.json`` :data:`ENSEMBLE_THRESHOLD`
+    record (``value``, ``selection``, ``num_images``, ``tuned_on``), the folds' own as members."""
+    return Threshold(
+        float(record["value"]), "out-of-fold", calibration=dict(record), members=tuple(members)
+    )
 
 
 RECORD_DIGITS = 6

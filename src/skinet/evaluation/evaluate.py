@@ -11,7 +11,7 @@ import csv
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +116,7 @@ def evaluate_predictor(
     pixel_spacing_mm: float | Sequence[float] | None = None,
     gallery_size: int = 0,
     gallery_order: str = "jaccard",
+    on_probabilities: Callable[[np.ndarray, np.ndarray], None] | None = None,
 ) -> EvaluationResult:
     """Predict every sample at its original resolution and score it against its mask.
 
@@ -127,6 +128,8 @@ def evaluate_predictor(
             ``hd95_mm``/``assd_mm`` columns.
         gallery_size: Keep the this many worst images for ``failure_gallery.png`` (0: none).
         gallery_order: Worst by ``jaccard`` or by ``area_ratio`` (:data:`GALLERY_ORDERS`).
+        on_probabilities: Called with each scored image's probabilities ``(H, W)`` and mask,
+            before thresholding (to tune a threshold in the same pass).
     """
     from rich.progress import MofNCompleteColumn, Progress
 
@@ -134,9 +137,11 @@ def evaluate_predictor(
     batch: list[tuple[Sample, np.ndarray, np.ndarray]] = []
 
     def flush() -> None:
-        masks = predictor.predict_batch([image for _, image, _ in batch])
-        for (sample, image, target), pred in zip(batch, masks, strict=True):
-            score_pair(result, sample.id, pred, target, image)
+        probabilities = predictor.predict_proba_batch([image for _, image, _ in batch])
+        for (sample, image, target), probs in zip(batch, probabilities, strict=True):
+            if on_probabilities is not None:
+                on_probabilities(probs, target)
+            score_pair(result, sample.id, predictor.binarize(probs), target, image)
         batch.clear()
 
     columns = (*Progress.get_default_columns()[:2], MofNCompleteColumn())

@@ -48,6 +48,43 @@ class TunedThreshold:
         return Threshold(self.threshold, "calibrated", calibration=record)
 
 
+class MapTuner:
+    """The training sweep fed one ``(probabilities, mask)`` pair at a time, of any sizes; its
+    :meth:`result` is what :func:`tune_on_maps` returns for the same pairs.
+
+    Args:
+        selection: ``pooled_dice``, ``per_image`` or ``guarded`` (see
+            :func:`~skinet.metrics.threshold_counts.select_threshold`).
+        reference: What ``guarded`` keeps unless the gain is clear (the checkpoint's own).
+    """
+
+    def __init__(self, selection: str = "pooled_dice", reference: float | None = None) -> None:
+        self.selection = selection
+        self.reference = reference if selection == "guarded" else None
+        self._sweep = ThresholdSweep(selection=selection, reference=self.reference)
+        self.count = 0
+
+    def update(self, probs: np.ndarray, mask: np.ndarray) -> None:
+        """Add one image: float probabilities ``(H, W)`` in ``[0, 1]``, a mask (lesion ``> 0``)."""
+        target = torch.from_numpy(np.asarray(mask) > 0)[None]
+        self._sweep.update(torch.from_numpy(np.asarray(probs))[None], target)
+        self.count += 1
+
+    def result(self) -> TunedThreshold:
+        """The chosen threshold. Raises ``ValueError`` when no image was added."""
+        if self.count == 0:
+            raise ValueError("tuning the threshold needs at least one labelled image")
+        swept = self._sweep.compute()
+        return TunedThreshold(
+            threshold=float(swept.optimal_threshold),
+            dice=float(swept.best_dice),
+            num_images=self.count,
+            selection=self.selection,
+            mean_jaccard=float(swept.mean_iou_per_image),
+            reference=self.reference,
+        )
+
+
 def tune_on_maps(
     maps: Iterable[tuple[np.ndarray, np.ndarray]],
     selection: str = "pooled_dice",
@@ -58,30 +95,15 @@ def tune_on_maps(
     Args:
         maps: Per image, float probabilities ``(H, W)`` in ``[0, 1]`` and a mask ``(H, W)``
             (foreground where ``> 0``).
-        selection: ``pooled_dice``, ``per_image`` or ``guarded`` (see
-            :func:`~skinet.metrics.threshold_counts.select_threshold`).
-        reference: What ``guarded`` keeps unless the gain is clear (the checkpoint's own).
+        selection, reference: As :class:`MapTuner`.
 
     Raises:
         ValueError: ``maps`` is empty.
     """
-    guarded = reference if selection == "guarded" else None
-    sweep = ThresholdSweep(selection=selection, reference=guarded)
-    count = 0
+    tuner = MapTuner(selection, reference)
     for probs, mask in maps:
-        sweep.update(torch.from_numpy(probs)[None], torch.from_numpy(np.asarray(mask) > 0)[None])
-        count += 1
-    if count == 0:
-        raise ValueError("tuning the threshold needs at least one labelled image")
-    result = sweep.compute()
-    return TunedThreshold(
-        threshold=float(result.optimal_threshold),
-        dice=float(result.best_dice),
-        num_images=count,
-        selection=selection,
-        mean_jaccard=float(result.mean_iou_per_image),
-        reference=guarded,
-    )
+        tuner.update(probs, mask)
+    return tuner.result()
 
 
 def tune_threshold(

@@ -23,10 +23,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from skinet.checkpoints.threshold import DEFAULT_THRESHOLD, ENSEMBLE_THRESHOLD, rounded
 from skinet.config.errors import UsageError
 from skinet.config.experiment import ExperimentConfig
 from skinet.datasets.locate import index_dataset
@@ -36,6 +37,9 @@ from skinet.experiments.search_space import config_with_overrides
 from skinet.experiments.summary import print_table, summarize_runs, write_csv, write_json
 from skinet.tracking import runs as tracking_runs
 from skinet.tracking.mlflow_utils import resolve_tracking_uri
+
+if TYPE_CHECKING:
+    from skinet.evaluation.tuning import MapTuner
 
 log = logging.getLogger(__name__)
 
@@ -216,8 +220,8 @@ def run_cv(
                 "mlflow_run_id": result.mlflow_run_id,
             },
         )
-    cv = _summarise(cfg, cv_dir, per_fold, checkpoints, parent, skipped)
-    cv.out_of_fold = score_out_of_fold(cfg, cv_dir, fold_splits, checkpoints)
+    out_of_fold = score_out_of_fold(cfg, cv_dir, fold_splits, checkpoints)
+    cv = _summarise(cfg, cv_dir, per_fold, checkpoints, parent, skipped, out_of_fold)
     if parent is not None and uri is not None:
         _log_parent(uri, parent, cv)
     return cv
@@ -245,7 +249,11 @@ def score_out_of_fold(
     threshold. Each fold's best epoch and threshold were chosen on that same chunk, so this is
     the pooled validation figure of the single fold models, optimistic as any validation
     figure, and not a score of the folds' ensemble; the report says so (``selection``).
-    Returns the summary (``None`` when a fold has no best checkpoint).
+
+    The same pass chooses the ensemble's threshold on the pooled out-of-fold probabilities
+    (:func:`tune_ensemble_threshold`): one choice on every training image instead of the mean
+    of the folds' choices, each made on one chunk. Returns the summary, with that choice under
+    ``ensemble_threshold`` (``None`` when a fold has no best checkpoint).
     """
     from skinet.evaluation.evaluate import EvaluationResult, evaluate_predictor, write_evaluation
     from skinet.inference.predictor import Predictor
@@ -259,13 +267,23 @@ def score_out_of_fold(
         info={"kind": "out-of-fold", "cv_folder": str(cv_dir), "selection": OOF_SELECTION}
     )
     thresholds = {}
+    tuner: MapTuner | None = None
     for fold, ids in enumerate(fold_splits, start=1):
         predictor = Predictor.from_checkpoint(str(checkpoints[fold]), device="auto")
         thresholds[str(fold)] = predictor.threshold
-        part = evaluate_predictor(predictor, [by_id[i] for i in ids["val"]], progress=False)
+        if tuner is None and cfg.train.optimal_threshold is None:
+            tuner = ensemble_tuner(predictor.config)
+        part = evaluate_predictor(
+            predictor,
+            [by_id[i] for i in ids["val"]],
+            progress=False,
+            on_probabilities=None if tuner is None else tuner.update,
+        )
         for name in ("metrics", "surface", "sizes", "failures"):
             getattr(pooled, name).update(getattr(part, name))
     pooled.info["fold_thresholds"] = thresholds
+    if tuner is not None and tuner.count > 0:
+        pooled.info[ENSEMBLE_THRESHOLD] = ensemble_record(tuner, cv_dir)
     write_evaluation(pooled, cv_dir / OUT_OF_FOLD)
     summary = pooled.summary
     log.info(
@@ -275,7 +293,46 @@ def score_out_of_fold(
         summary["num_images"],
         cv_dir / OUT_OF_FOLD,
     )
+    if ENSEMBLE_THRESHOLD in summary:
+        chosen = summary[ENSEMBLE_THRESHOLD]
+        log.info(
+            "the ensemble's threshold: %.2f, chosen on the %d out-of-fold images (%s; the folds "
+            "chose %s)",
+            chosen["value"],
+            chosen["num_images"],
+            chosen["selection"],
+            ", ".join(f"{t:.2f}" for t in thresholds.values()),
+        )
     return summary
+
+
+def ensemble_tuner(fold_config: ExperimentConfig) -> MapTuner:
+    """The sweep that chooses the folds' ensemble threshold: the folds' own rule
+    (``TRAIN_CONFIG.threshold_selection``) and reference (``threshold_reference``, which
+    fine-tuning resolves to the source checkpoint's; else 0.5)."""
+    from skinet.evaluation.tuning import MapTuner
+
+    train = fold_config.train
+    reference = train.threshold_reference
+    return MapTuner(
+        train.threshold_selection, DEFAULT_THRESHOLD if reference is None else reference
+    )
+
+
+def ensemble_record(tuner: MapTuner, cv_dir: Path) -> dict[str, Any]:
+    """``cv_results.json``'s :data:`ENSEMBLE_THRESHOLD`: the value and how it was chosen."""
+    tuned = tuner.result()
+    record: dict[str, Any] = {
+        "value": tuned.threshold,
+        "selection": tuned.selection,
+        "num_images": tuned.num_images,
+        "tuned_on": f"out-of-fold images of {cv_dir.name}",
+        "pooled_dice": tuned.dice,
+        "mean_jaccard": tuned.mean_jaccard,
+    }
+    if tuned.reference is not None:
+        record["source_threshold"] = tuned.reference
+    return rounded(record)
 
 
 def _summarise(
@@ -285,10 +342,13 @@ def _summarise(
     checkpoints: dict[int, str | None],
     parent: str | None,
     skipped: list[int],
+    out_of_fold: dict[str, Any] | None,
 ) -> CvResult:
     monitor = cfg.sweep.monitor
     mean, std = summarize_runs(monitor, per_fold)
     cv = CvResult(cv_dir, monitor, per_fold, mean, std, checkpoints, parent, skipped)
+    cv.out_of_fold = out_of_fold
+    chosen = None if out_of_fold is None else out_of_fold.get(ENSEMBLE_THRESHOLD)
     write_csv(cv_dir / "cv_results.csv", cv.rows())
     write_json(
         cv_dir / "cv_results.json",
@@ -301,6 +361,7 @@ def _summarise(
             "per_fold": {str(f): m for f, m in sorted(per_fold.items())},
             "best_checkpoints": {str(f): c for f, c in sorted(checkpoints.items())},
             "mlflow_parent_run_id": parent,
+            **({} if chosen is None else {ENSEMBLE_THRESHOLD: chosen}),
         },
     )
     print_table(f"{cv_dir.name}: {len(per_fold)}-fold cross-validation", cv.rows())

@@ -4,7 +4,8 @@ Members must share their preprocessing (``image_size``, resize mode, padding, co
 constancy, normalisation): every image is then preprocessed once and fed to every member, and
 the ensemble exports as one graph. Checkpoints trained differently are refused with the field
 that differs. The threshold is the mean of the members' thresholds unless one is given
-(:func:`skinet.checkpoints.threshold.ensemble_mean`).
+(:func:`skinet.checkpoints.threshold.ensemble_mean`), except for one ``skinet cv`` folder: the
+threshold its cross-validation chose on the out-of-fold images (:func:`ensemble_threshold`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ import torch
 from torch import Tensor, nn
 
 from skinet.checkpoints.read import SkinetCheckpoint, build_model, load_checkpoint
-from skinet.checkpoints.threshold import Threshold, ensemble_mean
+from skinet.checkpoints.threshold import (
+    ENSEMBLE_THRESHOLD,
+    Threshold,
+    ensemble_mean,
+    out_of_fold_threshold,
+)
 from skinet.config.errors import UsageError
 from skinet.config.experiment import ExperimentConfig
 from skinet.imaging.preprocess import build_preprocessing
@@ -29,6 +35,8 @@ from skinet.models.unet2d import UNet2D
 
 CV_RESULTS_DIR = "results"
 """Where ``skinet cv`` writes each fold's ``fold_<i>.json`` (with its best checkpoint)."""
+CV_SUMMARY_FILE = "cv_results.json"
+"""What a finished ``skinet cv`` writes last in its folder (with the ensemble's threshold)."""
 
 
 class EnsembleError(UsageError):
@@ -60,6 +68,27 @@ def resolve_checkpoints(paths: Sequence[str | Path]) -> list[Path]:
         else:
             raise EnsembleError(f"checkpoint not found: {path}")
     return found
+
+
+def ensemble_threshold(
+    paths: Sequence[str | Path], checkpoints: Sequence[SkinetCheckpoint]
+) -> Threshold:
+    """The threshold of the ensemble of ``checkpoints`` (resolved from ``paths``).
+
+    One ``skinet cv`` folder: the threshold its cross-validation chose on the out-of-fold
+    probabilities of every training image (its ``cv_results.json``), with the folds' own as
+    members. Anything else, or a cv folder from before that record: the mean of the members'.
+    """
+    members = [checkpoint.threshold_choice for checkpoint in checkpoints]
+    if len(paths) == 1 and Path(paths[0]).is_dir():
+        try:
+            summary = json.loads((Path(paths[0]) / CV_SUMMARY_FILE).read_text())
+        except (OSError, ValueError):
+            summary = None
+        record = summary.get(ENSEMBLE_THRESHOLD) if isinstance(summary, dict) else None
+        if isinstance(record, dict) and isinstance(record.get("value"), int | float):
+            return out_of_fold_threshold(record, members)
+    return ensemble_mean(members)
 
 
 def _preprocessing_signature(config: ExperimentConfig) -> dict[str, Any]:
@@ -149,11 +178,16 @@ class EnsemblePredictor(Predictor):
         threshold: float | None = None,
         **kwargs: Any,
     ) -> EnsemblePredictor:
-        """Load the checkpoints (files or cv folders); threshold: the members' mean if ``None``."""
+        """Load the checkpoints (files or cv folders); threshold: :func:`ensemble_threshold` if
+        ``None``."""
         checkpoints = [load_checkpoint(p) for p in resolve_checkpoints(paths)]
         check_compatible(checkpoints)
         thresholds = [c.threshold_choice for c in checkpoints]
-        chosen = ensemble_mean(thresholds) if threshold is None else Threshold.given(threshold)
+        chosen = (
+            ensemble_threshold(paths, checkpoints)
+            if threshold is None
+            else Threshold.given(threshold)
+        )
         return cls(
             [build_model(c) for c in checkpoints],
             checkpoints[0].config,

@@ -36,7 +36,7 @@ from skinet.checkpoints.model_card import (
     invoked_command,
 )
 from skinet.checkpoints.read import SkinetCheckpoint, build_model, load_checkpoint
-from skinet.checkpoints.threshold import Threshold, ensemble_mean
+from skinet.checkpoints.threshold import Threshold
 from skinet.imaging.preprocess import build_preprocessing
 from skinet.inference.options import DEFAULT_OPSET, DEFAULT_TOLERANCE, EXPORT_FORMATS, ExportFormat
 from skinet.models.unet2d import UNet2D
@@ -252,7 +252,10 @@ def export_checkpoint(
         raise ExportError(f"tolerance must be >= 0, got {tolerance}")
     if fmt == "onnx":
         require_onnx()
-    checkpoints, wrapper = _load_for_export(checkpoint_path)
+    from skinet.inference.ensemble import ensemble_threshold
+
+    listed = [checkpoint_path] if isinstance(checkpoint_path, str | Path) else checkpoint_path
+    checkpoints, wrapper = _load_for_export(listed)
     checkpoint = checkpoints[0]
     shapes = example_shapes(wrapper, checkpoint.config.data.image_size)
     output = Path(output)
@@ -263,7 +266,7 @@ def export_checkpoint(
     else:
         export_onnx(wrapper, example, output, opset)
     sidecar = build_sidecar(checkpoint, fmt, wrapper, opset)
-    threshold = ensemble_mean([c.threshold_choice for c in checkpoints])
+    threshold = ensemble_threshold(listed, checkpoints)
     if len(checkpoints) > 1:
         sidecar.update(threshold=threshold.value, threshold_source=threshold.to_dict())
         sidecar["checkpoint"] = [str(c.path) for c in checkpoints]
