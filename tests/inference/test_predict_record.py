@@ -189,6 +189,23 @@ def test_a_folder_of_a_stopped_run_is_taken_up_again(
     assert sorted(p.name for p in out.iterdir()) == sorted([*again["written"], PREDICTIONS_FILE])
 
 
+def test_a_record_of_an_older_skinet_without_its_file_list_keeps_and_names_the_others(
+    tmp_path: Path, trained_checkpoint: Path, images: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before ``written``, a record did not say which files were its own: nothing is removed,
+    and the files this run does not replace are named, not left to pass for this run's."""
+    out = tmp_path / "out"
+    record = _run_and_read(trained_checkpoint, images, out)
+    older = json.loads(record.read_text())
+    del older["written"], older["complete"]
+    record.write_text(json.dumps(older))
+    (out / "gone_mask.png").write_bytes(b"from an image since removed")
+    _run_and_read(trained_checkpoint, images, out)
+    assert (out / "gone_mask.png").read_bytes() == b"from an image since removed"
+    assert "1 prediction file(s) this run does not replace (gone_mask.png)" in caplog.text
+    assert "img0_mask.png" not in caplog.text  # replaced by this run: not named
+
+
 def test_a_record_never_removes_files_outside_what_predict_writes(
     tmp_path: Path, trained_checkpoint: Path, images: Path
 ) -> None:

@@ -171,14 +171,27 @@ def _start_record(args: argparse.Namespace, paths: list[Path], arguments: dict[s
     """
     from skinet.inference.predict import output_names
     from skinet.inference.predict_record import (
+        PREDICTIONS_FILE,
         earlier_outputs,
         remove_outputs,
         started_record,
+        unlisted_outputs,
         write_predictions_record,
     )
 
     planned = [n for p in paths for n in output_names(p.stem, args.save_proba, args.save_overlay)]
     earlier = earlier_outputs(args.output) if args.output.is_dir() else []
+    unlisted = unlisted_outputs(args.output, planned) if args.output.is_dir() else []
+    if unlisted:
+        log.warning(
+            "%s holds %d prediction file(s) this run does not replace (%s), under a %s that "
+            "does not list the files it wrote (an older SkiNet): they are left as they are; "
+            "remove them, or give a new --output, for a folder of this run's masks only",
+            args.output,
+            len(unlisted),
+            ", ".join(unlisted[:3]) + (", ..." if len(unlisted) > 3 else ""),
+            PREDICTIONS_FILE,
+        )
     args.output.mkdir(parents=True, exist_ok=True)
     listed = [*dict.fromkeys([*planned, *earlier])]
     write_predictions_record(args.output, started_record(arguments, listed))

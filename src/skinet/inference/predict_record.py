@@ -75,6 +75,23 @@ def earlier_outputs(output_dir: Path) -> list[str]:
     ]
 
 
+def unlisted_outputs(output_dir: Path, planned: Sequence[str]) -> list[str]:
+    """Prediction files of ``output_dir`` that a SkiNet record without a ``written`` list (an
+    older SkiNet's) may or may not have written, and that ``planned`` does not replace.
+
+    They are never removed (they may be the user's); ``skinet predict`` says they are there.
+    """
+    record = _own_record(output_dir)
+    if record is None or "written" in record:
+        return []
+    replaced = set(planned)
+    return sorted(
+        path.name
+        for path in output_dir.iterdir()
+        if path.name.endswith(OUTPUT_SUFFIXES) and path.name not in replaced
+    )
+
+
 def remove_outputs(output_dir: Path, names: Sequence[str]) -> int:
     """Remove the files ``names`` of ``output_dir`` that exist; how many were removed."""
     removed = 0
