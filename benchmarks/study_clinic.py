@@ -224,8 +224,8 @@ def run_arm(
     elif arm.startswith(CALIBRATED):
         selection = arm.removeprefix(CALIBRATED).lstrip("_") or "pooled_dice"
         checkpoint, info = calibrate(args, adapt, arm_dir, selection)
-    elif kfold_variant(arm) is not None:
-        checkpoint, info = fine_tune_folds(args, adapt, arm_dir, dict(options[kfold_variant(arm)]))
+    elif (variant := kfold_variant(arm)) is not None:
+        checkpoint, info = fine_tune_folds(args, adapt, arm_dir, dict(options[variant]))
     else:
         overrides = dict(options[arm])
         if arm == KEEP_THRESHOLD:

@@ -251,7 +251,7 @@ def score_out_of_fold(
     figure, and not a score of the folds' ensemble; the report says so (``selection``).
 
     The same pass chooses the ensemble's threshold on the pooled out-of-fold probabilities
-    (:func:`tune_ensemble_threshold`): one choice on every training image instead of the mean
+    (:func:`ensemble_tuner`): one choice on every training image instead of the mean
     of the folds' choices, each made on one chunk. Returns the summary, with that choice under
     ``ensemble_threshold`` (``None`` when a fold has no best checkpoint).
     """
@@ -346,8 +346,7 @@ def _summarise(
 ) -> CvResult:
     monitor = cfg.sweep.monitor
     mean, std = summarize_runs(monitor, per_fold)
-    cv = CvResult(cv_dir, monitor, per_fold, mean, std, checkpoints, parent, skipped)
-    cv.out_of_fold = out_of_fold
+    cv = CvResult(cv_dir, monitor, per_fold, mean, std, checkpoints, parent, skipped, out_of_fold)
     chosen = None if out_of_fold is None else out_of_fold.get(ENSEMBLE_THRESHOLD)
     write_csv(cv_dir / "cv_results.csv", cv.rows())
     write_json(

@@ -291,9 +291,7 @@ def export_checkpoint(
     return parity
 
 
-def _load_for_export(
-    paths: str | Path | Sequence[str | Path],
-) -> tuple[list[SkinetCheckpoint], nn.Module]:
+def _load_for_export(paths: Sequence[str | Path]) -> tuple[list[SkinetCheckpoint], nn.Module]:
     """The checkpoints and the module to export: one model, or the ensemble's mean."""
     from skinet.inference.ensemble import (
         EnsembleProbabilityModel,
@@ -301,8 +299,7 @@ def _load_for_export(
         resolve_checkpoints,
     )
 
-    listed = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    checkpoints = [load_checkpoint(p) for p in resolve_checkpoints(listed)]
+    checkpoints = [load_checkpoint(p) for p in resolve_checkpoints(paths)]
     check_compatible(checkpoints)
     if len(checkpoints) == 1:
         return checkpoints, ProbabilityModel(build_model(checkpoints[0])).eval()
