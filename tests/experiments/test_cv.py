@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.helpers.inference import rewrite_checkpoint
 
 from skinet.checkpoints.read import load_checkpoint
 from skinet.checkpoints.threshold import ENSEMBLE_THRESHOLD
@@ -26,6 +27,7 @@ from skinet.evaluation.evaluate import read_labelled
 from skinet.evaluation.tuning import tune_on_maps
 from skinet.experiments.cv import carve_folds, cv_folder
 from skinet.inference.ensemble import build_predictor
+from skinet.inference.export import sidecar_path
 from skinet.inference.predictor import Predictor
 from skinet.runtime.files import file_sha256
 
@@ -175,6 +177,10 @@ def test_cv_fine_tunes_every_fold_from_init_from(
     )
     config = tmp_path / "cv.yaml"
     config.write_text(yaml.safe_dump(tiny_raw))
+    # A source threshold no default could stand in for.
+    trained_checkpoint = rewrite_checkpoint(
+        trained_checkpoint, tmp_path / "source.ckpt", val_optimal_threshold=0.36
+    )
     argv = ["cv", "--config", str(config), "--folds", "2", "--init-from", str(trained_checkpoint)]
     assert main(argv) == 0
     cv_dir = cv_folder(parse_config(tiny_raw), 2)
@@ -190,6 +196,7 @@ def test_cv_fine_tunes_every_fold_from_init_from(
     # clear gain, as each fold's sweep does.
     chosen = json.loads((cv_dir / "cv_results.json").read_text())[ENSEMBLE_THRESHOLD]
     source = load_checkpoint(trained_checkpoint).threshold
+    assert source == pytest.approx(0.36)
     assert chosen["selection"] == "guarded"
     assert chosen["source_threshold"] == pytest.approx(source, abs=1e-6)
 
@@ -198,7 +205,8 @@ def test_the_folds_ensemble_predicts_at_the_threshold_chosen_out_of_fold(
     tiny_raw: dict[str, Any], tmp_path: Path
 ) -> None:
     """One threshold chosen on every image's out-of-fold probabilities, not the mean of the
-    folds' thresholds; ``predict`` and ``export`` use it and say where it came from."""
+    folds' thresholds; ``predict``, ``evaluate`` and ``export`` use it and say where it came
+    from."""
     tiny_raw["TRAIN_CONFIG"].update(max_epochs=2, use_mlflow_logger=False)
     config = tmp_path / "cv.yaml"
     config.write_text(yaml.safe_dump(tiny_raw))
@@ -232,6 +240,17 @@ def test_the_folds_ensemble_predicts_at_the_threshold_chosen_out_of_fold(
     recorded = json.loads((output / "predictions.json").read_text())["threshold"]
     assert recorded["source"] == "out-of-fold"
     assert recorded["calibration"]["num_images"] == 12
+    report = tmp_path / "report"
+    argv = ["evaluate", "--checkpoint", str(cv_dir), "--split", "test", "--output", str(report)]
+    assert main(argv) == 0
+    scored = json.loads((report / "summary.json").read_text())["threshold_choice"]
+    assert scored["source"] == "out-of-fold" and scored["value"] == recorded["value"]
+    exported = tmp_path / "ensemble.pt"
+    argv = ["export", "--checkpoint", str(cv_dir), "--format", "torchscript"]
+    assert main([*argv, "--output", str(exported)]) == 0
+    sidecar = json.loads(sidecar_path(exported).read_text())
+    assert sidecar["threshold_source"]["source"] == "out-of-fold"
+    assert sidecar["threshold"] == pytest.approx(chosen["value"], abs=1e-6)
 
     # A cv folder from before the record keeps the mean of the folds' thresholds.
     summary = json.loads((cv_dir / "cv_results.json").read_text())
