@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, get_args
 
+from skinet.checkpoints.cv_folder import CV_SUMMARY_FILE, CV_TABLE_FILE
 from skinet.cli.arguments import (
     add_config_arguments,
     add_init_from_option,
@@ -134,7 +135,7 @@ def run_cv_command(args: argparse.Namespace) -> int:
     result = run_cv(_load(args), args.folds)
     if result.skipped:
         print(f"folds already finished and not retrained: {result.skipped}")
-    print(f"results: {result.cv_dir / 'cv_results.csv'} and {result.cv_dir / 'cv_results.json'}")
+    print(f"results: {result.cv_dir / CV_TABLE_FILE} and {result.cv_dir / CV_SUMMARY_FILE}")
     return 0
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from skinet.checkpoints.cv_folder import CV_RESULTS_DIR, CV_SUMMARY_FILE, CV_TABLE_FILE
 from skinet.checkpoints.threshold import DEFAULT_THRESHOLD, ENSEMBLE_THRESHOLD, rounded
 from skinet.config.errors import UsageError
 from skinet.config.experiment import ExperimentConfig
@@ -173,7 +174,7 @@ def run_cv(
     cv_dir = cv_folder(cfg, folds)
     expected = config_hash(cfg)
     for fold in range(1, folds + 1):  # refuse before anything trains or is reopened
-        result_path = cv_dir / "results" / f"fold_{fold}.json"
+        result_path = cv_dir / CV_RESULTS_DIR / f"fold_{fold}.json"
         if result_path.is_file():
             _check_same_config(json.loads(result_path.read_text()), cfg, result_path)
     fold_splits = carve_folds(cfg, folds)
@@ -184,7 +185,7 @@ def run_cv(
     checkpoints: dict[int, str | None] = {}
     skipped: list[int] = []
     for fold, ids in enumerate(fold_splits, start=1):
-        result_path = cv_dir / "results" / f"fold_{fold}.json"
+        result_path = cv_dir / CV_RESULTS_DIR / f"fold_{fold}.json"
         if result_path.is_file():
             done = json.loads(result_path.read_text())
             per_fold[fold], checkpoints[fold] = done["metrics"], done["best_checkpoint"]
@@ -348,9 +349,9 @@ def _summarise(
     mean, std = summarize_runs(monitor, per_fold)
     cv = CvResult(cv_dir, monitor, per_fold, mean, std, checkpoints, parent, skipped, out_of_fold)
     chosen = None if out_of_fold is None else out_of_fold.get(ENSEMBLE_THRESHOLD)
-    write_csv(cv_dir / "cv_results.csv", cv.rows())
+    write_csv(cv_dir / CV_TABLE_FILE, cv.rows())
     write_json(
-        cv_dir / "cv_results.json",
+        cv_dir / CV_SUMMARY_FILE,
         {
             "monitor": monitor,
             "folds": len(per_fold),
@@ -374,6 +375,6 @@ def _log_parent(uri: str, parent: str, cv: CvResult) -> None:
         metrics["out_of_fold_val_mean_jaccard"] = cv.out_of_fold["mean_jaccard"]
         metrics["out_of_fold_val_mean_dice"] = cv.out_of_fold["mean_dice"]
     tracking_runs.log_metrics(uri, parent, metrics)
-    for name in ("cv_results.csv", "cv_results.json"):
+    for name in (CV_TABLE_FILE, CV_SUMMARY_FILE):
         tracking_runs.log_artifact(uri, parent, cv.cv_dir / name)
     tracking_runs.finish_run(uri, parent)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from skinet.checkpoints.cv_folder import CV_RESULTS_DIR, CV_SUMMARY_FILE
 from skinet.checkpoints.read import SkinetCheckpoint, build_model, load_checkpoint
 from skinet.checkpoints.threshold import (
     ENSEMBLE_THRESHOLD,
@@ -32,11 +33,6 @@ from skinet.imaging.preprocess import build_preprocessing
 from skinet.inference.predictor import Predictor
 from skinet.inference.tta import predict_probs
 from skinet.models.unet2d import UNet2D
-
-CV_RESULTS_DIR = "results"
-"""Where ``skinet cv`` writes each fold's ``fold_<i>.json`` (with its best checkpoint)."""
-CV_SUMMARY_FILE = "cv_results.json"
-"""What a finished ``skinet cv`` writes last in its folder (with the ensemble's threshold)."""
 
 
 class EnsembleError(UsageError):
