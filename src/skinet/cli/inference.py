@@ -172,16 +172,15 @@ def _start_record(args: argparse.Namespace, paths: list[Path], arguments: dict[s
     from skinet.inference.predict import output_names
     from skinet.inference.predict_record import (
         PREDICTIONS_FILE,
-        earlier_outputs,
+        earlier_prediction,
         remove_outputs,
         started_record,
-        unlisted_outputs,
         write_predictions_record,
     )
 
     planned = [n for p in paths for n in output_names(p.stem, args.save_proba, args.save_overlay)]
-    earlier = earlier_outputs(args.output) if args.output.is_dir() else []
-    unlisted = unlisted_outputs(args.output, planned) if args.output.is_dir() else []
+    earlier = earlier_prediction(args.output, planned)
+    unlisted = earlier.unlisted
     if unlisted:
         log.warning(
             "%s holds %d prediction file(s) this run does not replace (%s), under a %s that "
@@ -193,9 +192,9 @@ def _start_record(args: argparse.Namespace, paths: list[Path], arguments: dict[s
             PREDICTIONS_FILE,
         )
     args.output.mkdir(parents=True, exist_ok=True)
-    listed = [*dict.fromkeys([*planned, *earlier])]
+    listed = [*dict.fromkeys([*planned, *earlier.listed])]
     write_predictions_record(args.output, started_record(arguments, listed))
-    removed = remove_outputs(args.output, earlier)
+    removed = remove_outputs(args.output, earlier.listed)
     if removed:
         log.info("removed %d file(s) an earlier prediction wrote to %s", removed, args.output)
 

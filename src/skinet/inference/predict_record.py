@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,41 +56,44 @@ def written_by_skinet(output_dir: Path) -> bool:
     return _own_record(output_dir) is not None
 
 
-def earlier_outputs(output_dir: Path) -> list[str]:
-    """The files an earlier ``skinet predict`` into ``output_dir`` lists as ``written``.
+@dataclass(frozen=True)
+class EarlierPrediction:
+    """What an earlier ``skinet predict`` left in a folder, read once from its record."""
 
-    Only plain names of this folder that end as a prediction output does (``_mask.png``,
-    ``_proba.png``, ``_proba.npy``, ``_overlay.png``): a record never names another file.
-    """
-    record = _own_record(output_dir)
-    names = record.get("written") if record is not None else None
-    if not isinstance(names, list):
-        return []
-    return [
+    listed: list[str]
+    """The files its ``predictions.json`` lists as ``written``: removed before this run writes.
+    Only plain names of the folder that end as a prediction output does (``_mask.png``,
+    ``_proba.png``, ``_proba.npy``, ``_overlay.png``): a record never names another file."""
+    unlisted: list[str]
+    """Under a record without a ``written`` list (an older SkiNet's): the prediction files this
+    run does not replace. It may or may not have written them, so they are never removed;
+    ``skinet predict`` says they are there."""
+
+
+def earlier_prediction(output_dir: Path, planned: Sequence[str]) -> EarlierPrediction:
+    """What an earlier ``skinet predict`` into ``output_dir`` wrote, against the ``planned``
+    names of this run; nothing for a missing folder or one without SkiNet's record."""
+    record = _own_record(output_dir) if output_dir.is_dir() else None
+    if record is None:
+        return EarlierPrediction([], [])
+    names = record.get("written")
+    if "written" not in record:
+        replaced = set(planned)
+        unlisted = sorted(
+            path.name
+            for path in output_dir.iterdir()
+            if path.name.endswith(OUTPUT_SUFFIXES) and path.name not in replaced
+        )
+        return EarlierPrediction([], unlisted)
+    listed = [
         name
-        for name in names
+        for name in (names if isinstance(names, list) else [])
         if isinstance(name, str)
         and Path(name).name == name
         and not name.startswith(".")
         and name.endswith(OUTPUT_SUFFIXES)
     ]
-
-
-def unlisted_outputs(output_dir: Path, planned: Sequence[str]) -> list[str]:
-    """Prediction files of ``output_dir`` that a SkiNet record without a ``written`` list (an
-    older SkiNet's) may or may not have written, and that ``planned`` does not replace.
-
-    They are never removed (they may be the user's); ``skinet predict`` says they are there.
-    """
-    record = _own_record(output_dir)
-    if record is None or "written" in record:
-        return []
-    replaced = set(planned)
-    return sorted(
-        path.name
-        for path in output_dir.iterdir()
-        if path.name.endswith(OUTPUT_SUFFIXES) and path.name not in replaced
-    )
+    return EarlierPrediction(listed, [])
 
 
 def remove_outputs(output_dir: Path, names: Sequence[str]) -> int:
