@@ -184,6 +184,7 @@ def fine_tune_folds(
         "fit_seconds": round(float(sum(run["fit_seconds"] for run in runs)), 1),
         "threshold": float(np.mean(thresholds)) if chosen is None else chosen["value"],
         "fold_thresholds": thresholds,
+        "stopped_by": [run.get("stopped_by") for run in runs],
     }
     return cv_dirs[0], info
 
@@ -203,6 +204,7 @@ def fine_tune(
         "best_epoch": metrics.get("best_epoch"),
         "fit_seconds": trained.get("fit_seconds"),
         "threshold": metrics.get("val_optimal_threshold", overrides.get(KEEP_OVERRIDE)),
+        "stopped_by": trained.get("stopped_by"),
     }
     return Path(trained["best_checkpoint"]), info
 

@@ -26,6 +26,15 @@ HEADLINE_METRICS = (
 )
 
 
+STOPPED_BY = {
+    "max_time": "the time budget (TRAIN_CONFIG.max_time)",
+    "early_stopping": "early stopping (TRAIN_CONFIG.early_stopping_config)",
+    "max_epochs": "TRAIN_CONFIG.max_epochs",
+    "other": "a callback or a step limit",
+}
+"""How the summary names each ``RunResult.stopped_by``."""
+
+
 def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
     """A table of the headline metrics and where the run wrote its outputs."""
     console = Console()
@@ -40,7 +49,8 @@ def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
             table.add_row(name, f"{metrics[name]:.4f}")
     console.print(table)
     console.print(
-        f"trained {result.epochs_trained} epoch(s) in {result.fit_seconds:.0f} s (fit and test)"
+        f"trained {result.epochs_trained} epoch(s) in {result.fit_seconds:.0f} s (fit and test); "
+        f"stopped by {STOPPED_BY.get(result.stopped_by, result.stopped_by)}"
     )
     # Paths print whole (no wrap, no markup): a reader copies them, and "[...]" is a name.
     console.print(f"run folder:       {result.run_dir}", markup=False, soft_wrap=True)

@@ -79,3 +79,10 @@ class RunResult:
     mlflow_run_id: str | None
     fit_seconds: float
     epochs_trained: int
+    stopped_by: str
+    """Why the fit ended: :data:`STOP_REASONS`."""
+
+
+STOP_REASONS = ("max_time", "early_stopping", "max_epochs", "other")
+"""``RunResult.stopped_by``: the ``TRAIN_CONFIG.max_time`` budget ran out, early stopping
+ended it, ``max_epochs`` were trained, or something else (a ``max_steps``, a callback)."""

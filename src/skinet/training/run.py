@@ -16,6 +16,7 @@ from typing import Any
 
 import lightning as L
 import yaml
+from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.loggers import MLFlowLogger
 
 from skinet.augment.checks import check_config
@@ -36,7 +37,12 @@ from skinet.training.guards import check_output_dir, disk_full_error, out_of_mem
 from skinet.training.init_from import load_init_weights, write_lineage
 from skinet.training.lightning_model import LightningModel
 from skinet.training.plan import RunPlan, plan_run
-from skinet.training.records import CONFIG_FILE, METRICS_FILE, RunResult, write_run_records
+from skinet.training.records import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    RunResult,
+    write_run_records,
+)
 from skinet.training.reproducibility import configure_reproducibility
 from skinet.training.signals import RunInterrupted, stop_on_signals
 
@@ -240,12 +246,16 @@ def fit_and_test(
                 mlflow_run_id=mlflow_run_id,
                 fit_seconds=round(time.perf_counter() - started, 2),
                 epochs_trained=trainer.current_epoch,
+                stopped_by=stop_reason(trainer),
             )
             if trainer.is_global_zero:
                 summary = {**asdict(result), "monitor": cfg.sweep.monitor}
                 (run_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=str))
                 lineage = plan.lineage.as_card() if plan.lineage else None
                 write_run_records(cfg, result, loaders, lineage)  # splits.csv and MODEL_CARD.md
+                if mlflow_run_id is not None:
+                    uri = resolve_tracking_uri(cfg)
+                    set_tags(uri, mlflow_run_id, {"skinet.stopped_by": result.stopped_by})
             for logger in held_open:
                 logger.keep_open = False
                 logger.finalize("success")
@@ -285,6 +295,27 @@ def best_epoch_metrics(trainer: L.Trainer, history: EpochMetricsHistory) -> dict
         return last
     rest = {k: v for k, v in last.items() if not k.startswith("val_")}
     return {**rest, **history.history[best.epoch], "best_epoch": float(best.epoch)}
+
+
+def stop_reason(trainer: L.Trainer) -> str:
+    """Why ``trainer.fit`` ended, one of ``STOP_REASONS`` (:mod:`skinet.training.records`).
+
+    The budget comes first: a run whose time ran out may have reached its epochs or its
+    patience at the same moment."""
+    callbacks = trainer.callbacks  # type: ignore[attr-defined]
+    for timer in (c for c in callbacks if isinstance(c, Timer)):
+        remaining = timer.time_remaining()
+        if remaining is not None and remaining <= 0:
+            return "max_time"
+    stopper = trainer.early_stopping_callback
+    patience_ran_out = stopper is not None and (
+        stopper.stopped_epoch > 0 or stopper.wait_count >= stopper.patience
+    )
+    if patience_ran_out:
+        return "early_stopping"
+    if trainer.max_epochs is not None and trainer.current_epoch >= trainer.max_epochs:
+        return "max_epochs"
+    return "other"
 
 
 def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException) -> bool | None:
