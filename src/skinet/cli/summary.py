@@ -50,7 +50,7 @@ def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
     console.print(table)
     console.print(
         f"trained {result.epochs_trained} epoch(s) in {result.fit_seconds:.0f} s (fit and test); "
-        f"stopped by {STOPPED_BY.get(result.stopped_by, result.stopped_by)}"
+        f"stopped by {STOPPED_BY[result.stopped_by]}"
     )
     # Paths print whole (no wrap, no markup): a reader copies them, and "[...]" is a name.
     console.print(f"run folder:       {result.run_dir}", markup=False, soft_wrap=True)

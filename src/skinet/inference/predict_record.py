@@ -76,7 +76,6 @@ def earlier_prediction(output_dir: Path, planned: Sequence[str]) -> EarlierPredi
     record = _own_record(output_dir) if output_dir.is_dir() else None
     if record is None:
         return EarlierPrediction([], [])
-    names = record.get("written")
     if "written" not in record:
         replaced = set(planned)
         unlisted = sorted(
@@ -85,6 +84,7 @@ def earlier_prediction(output_dir: Path, planned: Sequence[str]) -> EarlierPredi
             if path.name.endswith(OUTPUT_SUFFIXES) and path.name not in replaced
         )
         return EarlierPrediction([], unlisted)
+    names = record["written"]
     listed = [
         name
         for name in (names if isinstance(names, list) else [])

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from skinet.checkpoints.model_card import (
     MODEL_CARD_FILE,
@@ -68,6 +68,11 @@ def write_run_records(
     return card_path
 
 
+StopReason = Literal["max_time", "early_stopping", "max_epochs", "other"]
+"""``RunResult.stopped_by``: the ``TRAIN_CONFIG.max_time`` budget ran out, early stopping
+ended it, ``max_epochs`` were trained, or something else (a ``max_steps``, a callback)."""
+
+
 @dataclass
 class RunResult:
     """What one training run produced."""
@@ -79,10 +84,5 @@ class RunResult:
     mlflow_run_id: str | None
     fit_seconds: float
     epochs_trained: int
-    stopped_by: str
-    """Why the fit ended: :data:`STOP_REASONS`."""
-
-
-STOP_REASONS = ("max_time", "early_stopping", "max_epochs", "other")
-"""``RunResult.stopped_by``: the ``TRAIN_CONFIG.max_time`` budget ran out, early stopping
-ended it, ``max_epochs`` were trained, or something else (a ``max_steps``, a callback)."""
+    stopped_by: StopReason
+    """Why the fit ended."""

@@ -17,6 +17,7 @@ from typing import Any
 import lightning as L
 import yaml
 from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 from lightning.pytorch.loggers import MLFlowLogger
 
 from skinet.augment.checks import check_config
@@ -41,6 +42,7 @@ from skinet.training.records import (
     CONFIG_FILE,
     METRICS_FILE,
     RunResult,
+    StopReason,
     write_run_records,
 )
 from skinet.training.reproducibility import configure_reproducibility
@@ -297,21 +299,19 @@ def best_epoch_metrics(trainer: L.Trainer, history: EpochMetricsHistory) -> dict
     return {**rest, **history.history[best.epoch], "best_epoch": float(best.epoch)}
 
 
-def stop_reason(trainer: L.Trainer) -> str:
-    """Why ``trainer.fit`` ended, one of ``STOP_REASONS`` (:mod:`skinet.training.records`).
+def stop_reason(trainer: L.Trainer) -> StopReason:
+    """Why ``trainer.fit`` ended.
 
     The budget comes first: a run whose time ran out may have reached its epochs or its
-    patience at the same moment."""
+    patience at the same moment. Early stopping is its own record (``stopping_reason``).
+    """
     callbacks = trainer.callbacks  # type: ignore[attr-defined]
     for timer in (c for c in callbacks if isinstance(c, Timer)):
         remaining = timer.time_remaining()
         if remaining is not None and remaining <= 0:
             return "max_time"
     stopper = trainer.early_stopping_callback
-    patience_ran_out = stopper is not None and (
-        stopper.stopped_epoch > 0 or stopper.wait_count >= stopper.patience
-    )
-    if patience_ran_out:
+    if stopper is not None and stopper.stopping_reason != EarlyStoppingReason.NOT_STOPPED:
         return "early_stopping"
     if trainer.max_epochs is not None and trainer.current_epoch >= trainer.max_epochs:
         return "max_epochs"
