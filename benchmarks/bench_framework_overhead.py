@@ -252,7 +252,7 @@ def run_bare(bench: Bench, data: Data) -> Measurement:
     import torch
 
     from skinet.checkpoints.state_dict import compile_model
-    from skinet.metrics.losses import build_loss
+    from skinet.metrics.losses import DeepSupervisionLoss, build_loss
     from skinet.models.unet2d import UNet2D
 
     cfg, device, channels_last = data.cfg, bench.device, data.channels_last
@@ -265,7 +265,10 @@ def run_bare(bench: Bench, data: Data) -> Measurement:
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
     )
-    loss_fn = build_loss(cfg.train.loss_name).to(device)
+    # The loss the Lightning step trains: its weighting, and deep supervision where it is on.
+    loss_fn = build_loss(cfg.train.loss_name, cfg.train.bce_weight).to(device)
+    levels = cfg.model.deep_supervision
+    deep_loss = DeepSupervisionLoss(loss_fn, levels) if levels else None
     epoch_s, images_seen = [], []
     for _ in range(bench.args.epochs):
         model.train()
@@ -278,7 +281,10 @@ def run_bare(bench: Bench, data: Data) -> Measurement:
             if channels_last:
                 images = images.contiguous(memory_format=torch.channels_last)
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(images), masks)
+            if deep_loss is None:
+                loss = loss_fn(model(images), masks)
+            else:
+                loss = deep_loss(model(images, deep=True), masks)
             loss.backward()
             optimizer.step()
             count += images.shape[0]

@@ -29,6 +29,10 @@ A candidate is an option name or several joined by ``+`` (see ``--list``);
 ``--define NAME=KEY=VALUE[;KEY=VALUE]`` adds an option of your own. ``--rescore`` scores the
 finished cells again (new ``--external`` sets, a changed shift report) without training.
 
+Cells run seed by seed, every candidate in turn (baseline seed 1, candidate seed 1, baseline
+seed 2, ...): a budgeted run's epochs follow the machine's speed, and a slow stretch then falls
+on every arm. Each row records its training images per second next to its score.
+
 Resumable: ``results.json``, ``results.csv`` and ``results.md`` (two-seed means, ready to paste
 into ``docs/results.md``) in ``--output`` are rewritten after every cell, so a kill loses at
 most the cell in progress; a restart skips finished cells and starts an unfinished one afresh.
@@ -347,7 +351,9 @@ def summarise(cells: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 "shifted": _mean(runs, "shifted_mean_jaccard"),
                 "epochs": statistics.fmean(r["epochs"] or 0 for r in runs),
                 "images_per_second": _mean(runs, "images_per_second"),
-                "per_seed": [(r["clean_val_jaccard"], r["shifted_mean_jaccard"]) for r in runs],
+                "per_seed": [
+                    (r["clean_val_jaccard"], r["epochs"], r.get("images_per_second")) for r in runs
+                ],
                 "scored_sets": set.intersection(*(_scored_sets(r) for r in runs)),
             }
         )
@@ -389,11 +395,13 @@ def markdown_table(cells: dict[str, dict[str, Any]]) -> str:
         "| budget | candidate | seeds | mean of set means | val Jaccard | "
         + "".join(f"{name} | " for name in names)
         + "Δ mean of sets | val area ratio | shift report (diagnostic) | Δ shifted | epochs | "
-        "images/s | per seed (val / shifted) |",
+        "images/s | per seed (val / epochs / images/s) |",
         "|---|---|---|---|---|" + "---|" * len(names) + "---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        per_seed = "; ".join(f"{c:.4f} / {_figure(s)}" for c, s in row["per_seed"])
+        per_seed = "; ".join(
+            f"{val:.4f} / {epochs} / {_figure(speed, 1)}" for val, epochs, speed in row["per_seed"]
+        )
         seeds = ",".join(str(s) for s in row["seeds"])
         externals = "".join(f"{_figure(row['externals'].get(name))} | " for name in names)
         candidate = row["candidate"]
@@ -415,7 +423,8 @@ def markdown_table(cells: dict[str, dict[str, Any]]) -> str:
         "sets): score it again with --rescore and the same --external sets. Δ against "
         "`baseline` at the same budget. The shift report is synthetic and only a "
         "diagnostic. Area ratio: median predicted / true lesion area. Images/s: training "
-        "images x epochs / fit time (validation included).\n"
+        "images x epochs / fit time (validation included); per seed beside the epochs, since "
+        "a budgeted run's epochs follow the machine's speed.\n"
     )
     return "\n".join(lines) + "\n" + note
 
@@ -585,7 +594,8 @@ def _report_cell(key: str, row: dict[str, Any]) -> bool:
     print(
         f"[done] {key}: mean of set means {row['real_mean_jaccard']:.4f} (val "
         f"{row['clean_val_jaccard']:.4f}), shift report "
-        f"{_figure(row['shifted_mean_jaccard'])}, {row['epochs']} epochs"
+        f"{_figure(row['shifted_mean_jaccard'])}, {row['epochs']} epochs at "
+        f"{_figure(row.get('images_per_second'), 1)} images/s"
     )
     return False
 
@@ -598,8 +608,10 @@ def _run_plan(
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     plan = {c: candidate_overrides(c, options, args.robust_transforms) for c in candidates}
     tag, failed = budget_tag(args.budget), 0
-    for candidate, overrides in plan.items():
-        for seed in seeds:
+    # Seed by seed, every candidate in turn: a slow stretch of the machine falls on every arm,
+    # not on whichever candidate happened to run then (a budgeted run's epochs follow it).
+    for seed in seeds:
+        for candidate, overrides in plan.items():
             key = cell_key(tag, candidate, seed)
             row = _run_or_score(args, cells, key, (tag, candidate, seed), overrides)
             if row is None:

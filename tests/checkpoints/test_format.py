@@ -80,7 +80,10 @@ def test_format_1_payload_is_read_as_trained(model: dict[str, Any], upsample: st
     [
         ({"state_dict": {}}, "not a SkiNet checkpoint"),
         ({CHECKPOINT_KEY: {"threshold_used": 0.5}}, "has no 'config' mapping"),
-        ({CHECKPOINT_KEY: {"config": {}, "format_version": 5}}, "format 5.*upgrade skinet"),
+        (
+            {CHECKPOINT_KEY: {"config": {}, "format_version": FORMAT_VERSION + 1}},
+            f"format {FORMAT_VERSION + 1}.*upgrade skinet",
+        ),
         ({CHECKPOINT_KEY: {"config": {}, "format_version": "2"}}, "'format_version'"),
         ({CHECKPOINT_KEY: {"config": {}, "threshold_used": "high"}}, r"\['threshold_used'\]"),
         ({CHECKPOINT_KEY: {"config": {}, "mlflow_run_id": 7}}, r"\['mlflow_run_id'\] must be str"),

@@ -21,6 +21,7 @@ import torch
 import yaml
 from tests.helpers.config import tiny_raw_config
 
+from skinet.checkpoints.format import FORMAT_VERSION
 from skinet.cli.main import main
 from skinet.datasets.layouts import ISIC2017_FOLDERS
 
@@ -232,7 +233,8 @@ def _masks_kept(s: Setup) -> None:
 
 
 def _checkpoint_newer_format(s: Setup) -> list[str]:
-    torch.save({"skinet": {"config": {}, "format_version": 5}, "state_dict": {}}, s.tmp / "n.ckpt")
+    newer = {"config": {}, "format_version": FORMAT_VERSION + 1}
+    torch.save({"skinet": newer, "state_dict": {}}, s.tmp / "n.ckpt")
     image = _train_images(s.data)[0]
     return [
         "predict",
@@ -393,7 +395,9 @@ CASES: dict[str, Case] = {
         _predict_into_a_masks_folder, 2, "did not write", _masks_kept
     ),
     "checkpoint-newer-format": Case(
-        _checkpoint_newer_format, 1, "written in checkpoint format 5, but this SkiNet reads"
+        _checkpoint_newer_format,
+        1,
+        f"written in checkpoint format {FORMAT_VERSION + 1}, but this SkiNet reads",
     ),
     "ensemble-test-leaked": Case(
         _ensemble_test_leaked, 2, "--split test of this ensemble is leaked", _nothing_written

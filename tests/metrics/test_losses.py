@@ -103,3 +103,10 @@ def test_bad_constructor_arguments_raise() -> None:
         SoftDiceLoss(smooth=0.0)
     with pytest.raises(ValueError, match="bce_weight"):
         BCEDiceLoss(bce_weight=1.5)
+
+
+def test_bce_weight_weighs_the_terms_of_bce_dice() -> None:
+    loss = build_loss("BCE_DICE", bce_weight=0.25)(_tensor(HAND_LOGITS), _tensor(HAND_MASKS))
+    assert loss.item() == pytest.approx(0.25 * HAND_BCE + 0.75 * HAND_DICE, rel=1e-6)
+    only_dice = build_loss("BCE_DICE", bce_weight=0.0)(_tensor(HAND_LOGITS), _tensor(HAND_MASKS))
+    assert only_dice.item() == pytest.approx(HAND_DICE, rel=1e-6)

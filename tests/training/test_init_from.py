@@ -60,6 +60,16 @@ def test_init_from_refuses_a_checkpoint_of_another_width_and_names_the_layer(
     assert f"TRAIN_CONFIG.init_checkpoint: checkpoint not found: {missing}" in caplog.text
 
 
+def test_a_source_without_deep_supervision_heads_fine_tunes_with_fresh_heads(
+    tmp_path: Path, synthetic_root: Path, source_checkpoint: Path
+) -> None:
+    config = _fine_tune_config(tmp_path, synthetic_root, use_mlflow_logger=False, max_epochs=1)
+    argv = ["train", "--config", str(config), "--init-from", str(source_checkpoint)]
+    assert main([*argv, "--set", "MODEL_CONFIG.deep_supervision=1", "--no-visualize"]) == 0
+    (run,) = (tmp_path / "runs").glob("*/checkpoints/best*.ckpt")
+    assert "aux_heads.0.weight" in load_checkpoint(run).state_dict
+
+
 def test_fine_tuning_starts_from_the_weights_keeps_preprocessing_and_records_lineage(
     tmp_path: Path, synthetic_root: Path, source_checkpoint: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

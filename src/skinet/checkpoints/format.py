@@ -26,6 +26,9 @@ Format versions:
   fields, types, choices and bounds are those whose
   :func:`skinet.config.schema.config_schema_fingerprint` is ``CONFIG_SCHEMAS[4]``. An older
   SkiNet refuses it with "upgrade skinet" instead of failing on an unknown config key.
+- **5**: the config schema ``CONFIG_SCHEMAS[5]``, which adds ``MODEL_CONFIG.deep_supervision``
+  and ``TRAIN_CONFIG.bce_weight``. A format-4 config reads with both at their defaults (no
+  auxiliary heads, 0.5).
 
 A change to what the config accepts (a new field, choice or type) needs a new format version
 with its fingerprint in :data:`CONFIG_SCHEMAS`; ``tests/checkpoints/test_format.py`` fails until
@@ -50,9 +53,9 @@ __all__ = ["DEFAULT_THRESHOLD", "CheckpointError", "CheckpointPayload"]
 
 CHECKPOINT_KEY = "skinet"
 """Key of the checkpoint entry holding the :class:`CheckpointPayload`."""
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """The format this version of SkiNet writes, and the newest it reads."""
-CONFIG_SCHEMAS = {4: "d8d8b3ad48cf4875"}
+CONFIG_SCHEMAS = {4: "d8d8b3ad48cf4875", 5: "ea12386e5e8a821f"}
 """Fingerprint of the config schema (:func:`skinet.config.schema.config_schema_fingerprint`)
 that each format version writes; formats before 4 did not pin their schema."""
 LEGACY_FORMAT_VERSION = 1

@@ -176,6 +176,16 @@ def _lineage_lines(init_from: Mapping[str, str | None] | None) -> list[str]:
     ]
 
 
+def _loss_detail(cfg: ExperimentConfig) -> str:
+    """The loss weighting and deep supervision, where the loss has them."""
+    parts = []
+    if cfg.train.loss_name == "BCE_DICE" and cfg.train.bce_weight != 0.5:
+        parts.append(f"BCE weight {cfg.train.bce_weight}")
+    if cfg.model.deep_supervision:
+        parts.append(f"deep supervision of {cfg.model.deep_supervision} coarser map(s)")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def _validation_label(metrics: Mapping[str, float]) -> str:
     epoch = metrics.get("best_epoch")
     if epoch is None:
@@ -252,8 +262,8 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         "",
         "## Training procedure",
         "",
-        f"- Loss `{train.loss_name}`, optimizer `{train.optimizer_name}`, lr {train.lr}, "
-        f"batch size {train.batch_size}, up to {train.max_epochs} epochs, precision "
+        f"- Loss `{train.loss_name}`{_loss_detail(cfg)}, optimizer `{train.optimizer_name}`, "
+        f"lr {train.lr}, batch size {train.batch_size}, up to {train.max_epochs} epochs, precision "
         f"`{train.precision or 'default'}`, seed {train.seed}, weight decay {train.weight_decay}.",
         f"- Best checkpoint chosen by `{inputs.monitor}` ({cfg.sweep.direction}).",
         "",

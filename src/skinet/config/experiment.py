@@ -104,6 +104,19 @@ class ExperimentConfig(BaseModel):
             section._derive("mode", mode)
         return self
 
+    @model_validator(mode="after")
+    def _check_deep_supervision_size(self) -> ExperimentConfig:
+        model, size = self.model, self.data.image_size
+        multiple = model.stride ** (model.number_of_layers - 1)
+        if model.deep_supervision and size % multiple:
+            raise ValueError(
+                f"MODEL_CONFIG.deep_supervision needs a DATA_CONFIG.image_size that is a "
+                f"multiple of {multiple} (stride**(number_of_layers - 1)), got {size}: its "
+                f"coarse maps then cover the image and no padding (e.g. image_size: "
+                f"{max(multiple, size // multiple * multiple)})"
+            )
+        return self
+
     def to_yaml_dict(self) -> dict[str, Any]:
         """The resolved config as plain data with the YAML section names."""
         return self.model_dump(mode="json", by_alias=True)

@@ -41,10 +41,27 @@ class UNet2DModelConfig(Section):
     """GroupNorm groups (``norm: group``); must divide ``out_channels_layer1``."""
     attention_upsample: AttentionUpsample = "nearest"
     """Attention-gate upsampling (bilinear: checkpoints before format 2; CUDA-nondeterministic)."""
+    deep_supervision: int = Field(0, ge=0)
+    """Deep supervision: the loss also scores this many lower-resolution decoder maps (at
+    1/stride, 1/stride**2, ...), each through its own 1x1 head, with weights halving per level.
+    Training only: prediction and export drop the heads. At most ``number_of_layers - 2``, and
+    ``DATA_CONFIG.image_size`` must be a multiple of ``stride**(number_of_layers - 1)``; 0
+    turns it off."""
     validate_forward: bool = True
     """Check structurally that each decoder stage receives the skip it expects."""
     debug_forward: bool = False
     """Warn about near-zero skip activations (costly; keep off in production)."""
+
+    @model_validator(mode="after")
+    def _check_deep_supervision(self) -> UNet2DModelConfig:
+        if self.deep_supervision > self.number_of_layers - 2:
+            raise ValueError(
+                f"MODEL_CONFIG.deep_supervision: {self.deep_supervision} is more than the "
+                f"{self.number_of_layers - 2} decoder maps below full resolution that "
+                f"number_of_layers: {self.number_of_layers} gives (use 0 to "
+                f"{self.number_of_layers - 2})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_norm_groups(self) -> UNet2DModelConfig:

@@ -145,7 +145,9 @@ class TrainConfig(Section):
     the device, as ``benchmarks/bench_norm.py`` measured it (on for batch and instance norm, off
     for group norm)."""
     loss_name: LossName = "BCE_DICE"
-    """Loss on raw logits; ``BCE_DICE`` weighs both 0.5/0.5."""
+    """Loss on raw logits; ``BCE_DICE`` weighs both by ``bce_weight``."""
+    bce_weight: float = Field(0.5, ge=0.0, le=1.0)
+    """Weight of the BCE term of ``BCE_DICE``; the soft Dice term gets ``1 - bce_weight``."""
     optimizer_name: Literal["adam", "adamw"] = "adamw"
     """Optimizer."""
     lr: float = Field(1e-4, gt=0.0)
@@ -263,6 +265,15 @@ class TrainConfig(Section):
     def budget_schedule(self) -> bool:
         """The learning rate follows the time budget (``cosine_budget``), stepped every batch."""
         return self.use_lr_scheduler and self.scheduler_type == "cosine_budget"
+
+    @model_validator(mode="after")
+    def _check_bce_weight(self) -> TrainConfig:
+        if self.loss_name != "BCE_DICE" and self.bce_weight != 0.5:
+            raise ValueError(
+                f"bce_weight: {self.bce_weight} weighs the terms of loss_name: BCE_DICE, but "
+                f"loss_name is {self.loss_name} (set loss_name: BCE_DICE, or drop bce_weight)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_budget_schedule(self) -> TrainConfig:

@@ -64,11 +64,12 @@ def make_ablation_folder(output_dir: Path) -> Path:
 
 
 def count_model_parameters(cfg: ExperimentConfig) -> int:
-    """Parameters of the UNet2D that ``MODEL_CONFIG`` builds."""
+    """Parameters of the UNet2D that ``MODEL_CONFIG`` builds, as prediction runs it (without
+    the training-only deep-supervision heads)."""
     from skinet.checkpoints.state_dict import count_parameters
     from skinet.models.unet2d import UNet2D
 
-    return count_parameters(UNet2D(**cfg.model.model_dump()))
+    return count_parameters(UNet2D(**{**cfg.model.model_dump(), "deep_supervision": 0}))
 
 
 def run_ablation(

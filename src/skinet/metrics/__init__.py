@@ -18,6 +18,7 @@ __all__ = [
     "SoftDiceLoss",
     "BCELoss",
     "BCEDiceLoss",
+    "DeepSupervisionLoss",
     "MaskMetrics",
     "compute_mask_metrics",
     "summarize_metrics",
@@ -26,7 +27,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from skinet.metrics.losses import BCEDiceLoss, BCELoss, SoftDiceLoss, build_loss
+    from skinet.metrics.losses import (
+        BCEDiceLoss,
+        BCELoss,
+        DeepSupervisionLoss,
+        SoftDiceLoss,
+        build_loss,
+    )
     from skinet.metrics.masks import MaskMetrics, compute_mask_metrics, summarize_metrics
     from skinet.metrics.surface import SurfaceMetrics, compute_surface_metrics
     from skinet.metrics.thresholds import (
@@ -46,7 +53,13 @@ else:
                 "ThresholdResult",
                 "compute_threshold_counts",
             ),
-            "losses": ("build_loss", "SoftDiceLoss", "BCELoss", "BCEDiceLoss"),
+            "losses": (
+                "build_loss",
+                "SoftDiceLoss",
+                "BCELoss",
+                "BCEDiceLoss",
+                "DeepSupervisionLoss",
+            ),
             "masks": ("MaskMetrics", "compute_mask_metrics", "summarize_metrics"),
             "surface": ("SurfaceMetrics", "compute_surface_metrics"),
         },

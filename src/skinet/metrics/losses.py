@@ -7,6 +7,8 @@ needs probabilities (soft Dice), so BCE keeps the numerically stable log-sum-exp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -83,6 +85,59 @@ class BCEDiceLoss(nn.Module):
         return self.bce_weight * bce + (1.0 - self.bce_weight) * dice
 
 
+def deep_supervision_weights(levels: int) -> list[float]:
+    """Weights of the full-resolution output and ``levels`` coarser ones: halving per level,
+    summing to 1 (``levels=2``: 4/7, 2/7, 1/7); nnU-Net halves its weights the same way (it
+    also gives its coarsest decoder map, which ``levels`` leaves out here, a weight of 0)."""
+    raw = [0.5**level for level in range(levels + 1)]
+    return [weight / sum(raw) for weight in raw]
+
+
+class DeepSupervisionLoss(nn.Module):
+    """A loss over the full-resolution logits and coarser auxiliary logits.
+
+    Each output is scored by ``loss`` against the masks resized to its size by area
+    averaging (soft targets at a coarse lesion border), and the terms are weighted by
+    :func:`deep_supervision_weights`.
+
+    Args:
+        loss: The loss of one output, ``(logits, masks) -> scalar``.
+        levels: Coarser outputs besides the full-resolution one.
+    """
+
+    def __init__(self, loss: nn.Module, levels: int) -> None:
+        super().__init__()
+        self.loss = loss
+        self.weights = deep_supervision_weights(levels)
+
+    def terms(self, outputs: Sequence[Tensor], masks: Tensor) -> list[Tensor]:
+        """The unweighted loss of each output, full resolution first."""
+        if len(outputs) != len(self.weights):
+            raise ValueError(
+                f"deep supervision expects {len(self.weights)} outputs (full resolution and "
+                f"{len(self.weights) - 1} coarser), got {len(outputs)}"
+            )
+        masks = masks.float()
+        terms = []
+        for logits in outputs:
+            size = tuple(logits.shape[-2:])
+            same = size == tuple(masks.shape[-2:])
+            target = masks if same else F.interpolate(masks, size=size, mode="area")
+            terms.append(self.loss(logits, target))
+        return terms
+
+    def combine(self, terms: Sequence[Tensor]) -> Tensor:
+        """The weighted sum of :meth:`terms`: what training minimises."""
+        weighted = [w * term for w, term in zip(self.weights, terms, strict=True)]
+        total = weighted[0]
+        for term in weighted[1:]:
+            total = total + term
+        return total
+
+    def forward(self, outputs: Sequence[Tensor], masks: Tensor) -> Tensor:
+        return self.combine(self.terms(outputs, masks))
+
+
 LOSSES: dict[str, type[nn.Module]] = {
     "BCE": BCELoss,
     "DICE": SoftDiceLoss,
@@ -90,11 +145,12 @@ LOSSES: dict[str, type[nn.Module]] = {
 }
 
 
-def build_loss(name: LossName) -> nn.Module:
+def build_loss(name: LossName, bce_weight: float = 0.5) -> nn.Module:
     """Build the loss named by ``TRAIN_CONFIG.loss_name``.
 
     Args:
         name: One of ``"BCE"``, ``"DICE"``, ``"BCE_DICE"``.
+        bce_weight: ``TRAIN_CONFIG.bce_weight``: the BCE term's weight in ``BCE_DICE``.
 
     Returns:
         A module mapping ``(logits, masks)`` of shape ``(B, 1, H, W)`` to a scalar loss.
@@ -104,4 +160,6 @@ def build_loss(name: LossName) -> nn.Module:
     """
     if name not in LOSSES:
         raise ValueError(f"Unknown loss_name {name!r}; allowed: {', '.join(LOSSES)}")
+    if name == "BCE_DICE":
+        return BCEDiceLoss(bce_weight=bce_weight)
     return LOSSES[name]()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, overload
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -17,6 +17,8 @@ logger = logging.getLogger(__name__)
 
 NEAR_ZERO_SKIP = 1e-6
 """``debug_forward`` warns when a skip's mean absolute activation is below this."""
+AUX_HEADS = "aux_heads"
+"""The attribute (and state-dict prefix) of the deep-supervision heads: training only."""
 
 
 def _check_positive_int(name: str, value: Any, minimum: int = 1) -> None:
@@ -62,6 +64,10 @@ class UNet2D(nn.Module):
         attention_upsample: How the attention gate upsamples its coefficients
             (``merge_residual_mode="attention_gate"`` only): ``"nearest"``, or ``"bilinear"``
             for checkpoints written before checkpoint format 2 (not deterministic on CUDA).
+        deep_supervision: Auxiliary 1x1 heads on the decoder maps before the last, nearest
+            first: head ``k`` sees the map at ``1/stride**k`` of the input size
+            (``0 <= deep_supervision <= number_of_layers - 2``). Only ``forward(images,
+            deep=True)`` runs them; plain ``forward`` and inference never do.
         validate_forward: Check that every decoder stage receives the skip it expects and
             raise a ``ValueError`` naming the stage if not.
         debug_forward: Log a warning for skips whose activations are near zero (syncs the
@@ -85,6 +91,7 @@ class UNet2D(nn.Module):
         norm: str = "batch",
         norm_groups: int = DEFAULT_NORM_GROUPS,
         attention_upsample: str = "nearest",
+        deep_supervision: int = 0,
         validate_forward: bool = True,
         debug_forward: bool = False,
     ) -> None:
@@ -100,6 +107,12 @@ class UNet2D(nn.Module):
             _check_positive_int(name, value)
         _check_positive_int("number_of_layers", number_of_layers, minimum=2)
         _check_positive_int("stride", stride, minimum=2)
+        _check_positive_int("deep_supervision", deep_supervision, minimum=0)
+        if deep_supervision > number_of_layers - 2:
+            raise ValueError(
+                f"deep_supervision={deep_supervision} exceeds the {number_of_layers - 2} decoder "
+                f"maps below full resolution that number_of_layers={number_of_layers} gives"
+            )
         if kernel % 2 == 0:
             # Even kernels cannot pad "same" symmetrically, which would shift every feature map.
             raise ValueError(f"kernel must be a positive odd integer (1, 3, 5, ...), got {kernel}")
@@ -156,18 +169,49 @@ class UNet2D(nn.Module):
         )
         self.skip_channels = channels[-2::-1]
         self.head = nn.Conv2d(out_channels_layer1, num_output_classes, 1)
+        self.deep_supervision = deep_supervision
+        # Decoder stage (L - 2 - k) outputs channels[k] channels at 1/stride**k of the input.
+        self.aux_heads = nn.ModuleList(
+            nn.Conv2d(channels[k], num_output_classes, 1) for k in range(1, deep_supervision + 1)
+        )
 
-    def forward(self, images: Tensor) -> Tensor:
-        """Return logits ``(N, num_output_classes, H, W)`` for images ``(N, in_channels, H, W)``."""
+    @overload
+    def forward(self, images: Tensor, deep: Literal[False] = False) -> Tensor: ...
+
+    @overload
+    def forward(self, images: Tensor, deep: Literal[True]) -> list[Tensor]: ...
+
+    def forward(self, images: Tensor, deep: bool = False) -> Tensor | list[Tensor]:
+        """Return logits ``(N, num_output_classes, H, W)`` for images ``(N, in_channels, H, W)``.
+
+        With ``deep=True`` (deep supervision): a list of the logits followed by one map per
+        auxiliary head, head ``k``'s of size ``H / stride**k x W / stride**k``. ``H`` and ``W``
+        must then be multiples of :attr:`size_multiple`, so that every coarse cell covers
+        ``stride**k`` pixels of the image and none of padding.
+
+        Raises:
+            ValueError: Images of the wrong shape, too small, or (with ``deep``) of a size that
+                needs padding.
+        """
         self._check_input(images)
         height, width = images.shape[-2:]
         pad_h, pad_w = (-height) % self.size_multiple, (-width) % self.size_multiple
+        if deep and (pad_h or pad_w):
+            raise ValueError(
+                f"UNet2D.forward(deep=True) needs a height and width that are multiples of "
+                f"{self.size_multiple} (stride**(number_of_layers - 1)), got {height}x{width}: "
+                "train at a DATA_CONFIG.image_size that is one"
+            )
         top, left = pad_h // 2, pad_w // 2
         if pad_h or pad_w:
             # Reflect rather than zero-pad: no artificial border for the norm layers to see.
             images = F.pad(images, (left, pad_w - left, top, pad_h - top), mode="reflect")
-        logits = self.head(self.decode(self.encode(images)))
-        return logits[..., top : top + height, left : left + width]
+        maps = self._decode(self.encode(images), keep=self.deep_supervision if deep else 0)
+        logits = self.head(maps[-1])[..., top : top + height, left : left + width]
+        if not deep:
+            return logits
+        # maps[-1 - k] is the decoder map at 1/stride**k of the input: head k's.
+        return [logits, *(head(maps[-1 - k]) for k, head in enumerate(self.aux_heads, start=1))]
 
     def encode(self, images: Tensor) -> list[Tensor]:
         """Return every encoder stage's output, shallowest first (``number_of_layers`` maps).
@@ -191,6 +235,11 @@ class UNet2D(nn.Module):
             ValueError: With ``validate_forward``, if a decoder stage gets no skip or a skip of
                 the wrong shape.
         """
+        return self._decode(features, keep=0)[-1]
+
+    def _decode(self, features: Sequence[Tensor], keep: int) -> list[Tensor]:
+        """:meth:`decode`, returning the last ``keep + 1`` merge stages' outputs, deepest first
+        (the others are freed as soon as the next stage has used them)."""
         *skips, x = features
         if self.validate_forward and len(skips) != len(self.decoder):
             # Skips pair with stages from the bottleneck up, so the shallow stages lose theirs.
@@ -200,13 +249,17 @@ class UNet2D(nn.Module):
                 f"UNet2D.decode: {first}expected {len(self.decoder)} skips (one per merge "
                 f"stage) plus the bottleneck, got {len(skips)} skips"
             )
+        outputs = []
+        first_kept = len(self.decoder) - 1 - keep
         for index, (stage, skip) in enumerate(zip(self.decoder, reversed(skips), strict=True)):
             if self.validate_forward:
                 self._check_skip(index, x, skip)
             if self.debug_forward:
                 self._warn_if_near_zero(index, skip)
             x = stage(x, skip)
-        return x
+            if index >= first_kept:
+                outputs.append(x)
+        return outputs
 
     def _check_input(self, images: Tensor) -> None:
         if images.ndim != 4 or images.shape[1] != self.in_channels:
@@ -256,3 +309,8 @@ class UNet2D(nn.Module):
                 mean_abs,
                 NEAR_ZERO_SKIP,
             )
+
+
+def without_aux_heads(state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """``state_dict`` without the deep-supervision heads, which inference never runs."""
+    return {key: value for key, value in state_dict.items() if not key.startswith(AUX_HEADS)}

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from skinet.checkpoints.format import CheckpointError
 from skinet.checkpoints.read import load_checkpoint
 from skinet.config.experiment import ExperimentConfig, parse_config
-from skinet.models.unet2d import UNet2D
+from skinet.models.unet2d import AUX_HEADS, UNet2D, without_aux_heads
 from skinet.runtime.files import file_sha256
 
 log = logging.getLogger(__name__)
@@ -181,14 +181,31 @@ def _inherit(
 
 
 def load_init_weights(model: nn.Module, state_dict: dict[str, Tensor], source: str) -> None:
-    """Load ``state_dict`` into ``model`` (a UNet2D) strictly.
+    """Load ``state_dict`` into ``model`` (a UNet2D) strictly, but for the deep-supervision
+    heads: the heads both have load, a source's heads that the model lacks are dropped, and
+    heads the source lacks keep their fresh initialisation.
 
     Raises:
         InitCheckpointError: Naming the first layer whose shape differs, or the first weight
             that one side has and the other lacks, and the fields that decide it.
     """
     model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper holds the UNet2D
-    own = model.state_dict()
+    own_all = model.state_dict()
+    heads = {
+        name: tensor
+        for name, tensor in state_dict.items()
+        if name.startswith(AUX_HEADS) and getattr(own_all.get(name), "shape", None) == tensor.shape
+    }
+    fresh = [name for name in own_all if name.startswith(AUX_HEADS) and name not in heads]
+    dropped = [name for name in state_dict if name.startswith(AUX_HEADS) and name not in heads]
+    if fresh or dropped:
+        log.info(
+            "deep-supervision heads: %d weight(s) loaded, %d of the source dropped, %d new",
+            len(heads),
+            len(dropped),
+            len(fresh),
+        )
+    own, state_dict = without_aux_heads(own_all), without_aux_heads(state_dict)
     for name, tensor in own.items():
         if name not in state_dict:
             raise InitCheckpointError(
@@ -206,7 +223,7 @@ def load_init_weights(model: nn.Module, state_dict: dict[str, Tensor], source: s
             f"{source} has weight {extra[0]!r} that this model lacks ({len(extra)} in all): it "
             f"was trained with another MODEL_CONFIG ({_hint()})"
         )
-    model.load_state_dict(state_dict, strict=True)
+    model.load_state_dict({**state_dict, **heads}, strict=False)
 
 
 def _hint() -> str:

@@ -20,7 +20,7 @@ from skinet.checkpoints.format import (
 from skinet.checkpoints.state_dict import compile_model, match_state_dict_keys
 from skinet.config.experiment import ExperimentConfig, parse_config
 from skinet.keys import MetricsKey
-from skinet.metrics.losses import build_loss
+from skinet.metrics.losses import DeepSupervisionLoss, build_loss
 from skinet.metrics.thresholds import ThresholdResult, ThresholdSweep
 from skinet.models.layers import uses_channels_last
 from skinet.models.unet2d import UNet2D
@@ -109,7 +109,10 @@ class LightningModel(L.LightningModule):
             if train_cfg.use_torch_compile
             else model
         )
-        self.loss_fn = build_loss(train_cfg.loss_name)
+        self.loss_fn = build_loss(train_cfg.loss_name, train_cfg.bce_weight)
+        # MODEL_CONFIG.deep_supervision: training also scores the coarser decoder maps.
+        levels = self.cfg.model.deep_supervision
+        self.deep_loss = DeepSupervisionLoss(self.loss_fn, levels) if levels else None
         fixed = train_cfg.optimal_threshold
         self.threshold_used: float = DEFAULT_THRESHOLD if fixed is None else fixed
         self.optimal_threshold: float | None = fixed
@@ -161,11 +164,12 @@ class LightningModel(L.LightningModule):
         if self.device_split is not None:
             self.device_split.release()
 
-    def forward(self, images: Tensor) -> Tensor:
-        """Raw logits ``(B, num_output_classes, H, W)``."""
+    def forward(self, images: Tensor, deep: bool = False) -> Any:
+        """Raw logits ``(B, num_output_classes, H, W)``; with ``deep``, the list of those and
+        the auxiliary heads' coarser logits (:meth:`UNet2D.forward`)."""
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
-        return self.model(images)
+        return self.model(images, deep=True) if deep else self.model(images)
 
     def _get_probs_and_preds(self, logits: Tensor, threshold: float) -> tuple[Tensor, Tensor]:
         """The only place sigmoid is applied: probabilities and binary predictions."""
@@ -174,15 +178,21 @@ class LightningModel(L.LightningModule):
 
     def _shared_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, prefix: str) -> dict:
         images, masks = batch
-        logits = self(images)
-        loss = self.loss_fn(logits.float(), masks.float())
+        if prefix == "train" and self.deep_loss is not None:
+            outputs = self(images, deep=True)
+            terms = self.deep_loss.terms([o.float() for o in outputs], masks)
+            # The full-resolution term is logged (comparable with val_loss); the sum is trained.
+            logits, loss, trained = outputs[0], terms[0], self.deep_loss.combine(terms)
+        else:
+            logits = self(images)
+            loss = trained = self.loss_fn(logits.float(), masks.float())
         # Checked in data-flow order, so a NaN image is reported as the image, not the loss.
         _raise_if_non_finite(
             {
                 f"{prefix}/image": images,
                 f"{prefix}/mask": masks,
                 f"{prefix}/logits": logits.detach(),
-                f"{prefix}/loss": loss.detach(),
+                f"{prefix}/loss": trained.detach(),
             },
             batch_idx,
         )
@@ -196,7 +206,7 @@ class LightningModel(L.LightningModule):
         mean_loss.update(loss.detach(), batch_size)
         if prefix not in self._epoch_metrics_logged:
             self._log_epoch_metrics(prefix)
-        return {"loss": loss, "probs": probs, "targets": targets}
+        return {"loss": trained, "probs": probs, "targets": targets}
 
     def _log_epoch_metrics(self, prefix: str) -> None:
         """Register the epoch's loss, Dice and IoU metric objects with Lightning, once per epoch.

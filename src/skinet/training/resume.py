@@ -33,6 +33,7 @@ REFUSED: dict[str, tuple[str, ...] | None] = {
         "weight_decay",
         "optimizer_name",
         "loss_name",
+        "bce_weight",
         "use_lr_scheduler",
         "scheduler_type",
         "batch_size",
