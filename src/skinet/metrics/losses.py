@@ -128,11 +128,7 @@ class DeepSupervisionLoss(nn.Module):
 
     def combine(self, terms: Sequence[Tensor]) -> Tensor:
         """The weighted sum of :meth:`terms`: what training minimises."""
-        weighted = [w * term for w, term in zip(self.weights, terms, strict=True)]
-        total = weighted[0]
-        for term in weighted[1:]:
-            total = total + term
-        return total
+        return torch.stack([w * term for w, term in zip(self.weights, terms, strict=True)]).sum()
 
     def forward(self, outputs: Sequence[Tensor], masks: Tensor) -> Tensor:
         return self.combine(self.terms(outputs, masks))
