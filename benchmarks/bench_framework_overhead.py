@@ -250,9 +250,9 @@ def print_setup(bench: Bench, data: Data, ready_s: float) -> None:
 def run_bare(bench: Bench, data: Data) -> Measurement:
     """The bare PyTorch loop: ``--epochs`` epochs over the shared loader."""
     import torch
+    from bench_norm import config_loss_step
 
     from skinet.checkpoints.state_dict import compile_model
-    from skinet.metrics.losses import DeepSupervisionLoss, build_loss
     from skinet.models.unet2d import UNet2D
 
     cfg, device, channels_last = data.cfg, bench.device, data.channels_last
@@ -266,9 +266,9 @@ def run_bare(bench: Bench, data: Data) -> Measurement:
         model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
     )
     # The loss the Lightning step trains: its weighting, and deep supervision where it is on.
-    loss_fn = build_loss(cfg.train.loss_name, cfg.train.bce_weight).to(device)
-    levels = cfg.model.deep_supervision
-    deep_loss = DeepSupervisionLoss(loss_fn, levels) if levels else None
+    loss_step = config_loss_step(
+        cfg.train.loss_name, cfg.train.bce_weight, cfg.model.deep_supervision
+    )
     epoch_s, images_seen = [], []
     for _ in range(bench.args.epochs):
         model.train()
@@ -281,11 +281,7 @@ def run_bare(bench: Bench, data: Data) -> Measurement:
             if channels_last:
                 images = images.contiguous(memory_format=torch.channels_last)
             optimizer.zero_grad(set_to_none=True)
-            if deep_loss is None:
-                loss = loss_fn(model(images), masks)
-            else:
-                loss = deep_loss(model(images, deep=True), masks)
-            loss.backward()
+            loss_step(model, images, masks).backward()
             optimizer.step()
             count += images.shape[0]
         sync(device)

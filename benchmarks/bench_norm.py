@@ -30,6 +30,7 @@ from functools import partial
 import torch
 from torch import nn
 
+from skinet.config.train import LossName
 from skinet.models.layers import InstanceNorm
 from skinet.models.unet2d import UNet2D
 from skinet.runtime.allocator import reexec_with_malloc_env
@@ -68,16 +69,40 @@ def swap_norms(module: nn.Module, factory: Callable[[int], nn.Module]) -> None:
             swap_norms(child, factory)
 
 
+LossStep = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``(model, images, masks) -> loss``: the forward pass and the loss of one training step."""
+
+
+def plain_bce(model: nn.Module, images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+    return nn.functional.binary_cross_entropy_with_logits(model(images), masks)
+
+
+def config_loss_step(loss_name: LossName, bce_weight: float, deep_supervision: int) -> LossStep:
+    """The loss a config trains (``TRAIN_CONFIG.loss_name``, ``bce_weight``,
+    ``MODEL_CONFIG.deep_supervision``), as the Lightning step computes it."""
+    from skinet.metrics.losses import DeepSupervisionLoss, build_loss
+
+    loss_fn = build_loss(loss_name, bce_weight)
+    if not deep_supervision:
+        return lambda model, images, masks: loss_fn(model(images), masks)
+    deep_loss = DeepSupervisionLoss(loss_fn, deep_supervision)
+    return lambda model, images, masks: deep_loss(model(images, deep=True), masks)
+
+
 def step_rate(
-    model: nn.Module, images: torch.Tensor, masks: torch.Tensor, steps: int, warmup: int
+    model: nn.Module,
+    images: torch.Tensor,
+    masks: torch.Tensor,
+    steps: int,
+    warmup: int,
+    loss_step: LossStep = plain_bce,
 ) -> float:
     """Images/s of ``steps`` training steps after ``warmup`` untimed ones."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    loss_fn = nn.BCEWithLogitsLoss()
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(images), masks).backward()
+        loss_step(model, images, masks).backward()
         optimizer.step()
 
     def sync() -> None:

@@ -14,8 +14,9 @@ hits every variant alike:
   checkpoints) on ``--num-train`` synthetic training images, ``--epochs`` epochs; the median
   of the ``perf/samples_per_sec`` steps MLflow recorded after the first epoch (the first epoch
   warms up caches, workers and ``torch.compile``);
-- **model-only**: forward, loss, backward and AdamW step of the config's UNet2D on random
-  tensors in this process, its memory format as training resolves it.
+- **model-only**: forward, loss (the config's, deep supervision included), backward and AdamW
+  step of the config's UNet2D on random tensors in this process, its memory format as
+  training resolves it.
 
 Each variant is the config plus overrides; ``batch`` (``MODEL_CONFIG.norm=batch``) is the
 reference the ratios are taken against. Asserts nothing.
@@ -41,7 +42,7 @@ from skinet.runtime.allocator import MALLOC_ENV, reexec_with_malloc_env
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_norm import step_rate  # noqa: E402
+from bench_norm import config_loss_step, step_rate  # noqa: E402
 
 REFERENCE = "batch"
 
@@ -107,7 +108,10 @@ def model_rate(config: Path, overrides: dict[str, Any], steps: int) -> float:
     size, batch = cfg.data.image_size, cfg.train.batch_size
     images = torch.randn(batch, 3, size, size).contiguous(memory_format=memory_format)
     masks = (torch.rand(batch, 1, size, size) > 0.5).float()
-    return step_rate(model, images, masks, steps, 2)
+    loss_step = config_loss_step(
+        cfg.train.loss_name, cfg.train.bce_weight, cfg.model.deep_supervision
+    )
+    return step_rate(model, images, masks, steps, 2, loss_step)
 
 
 def main() -> None:

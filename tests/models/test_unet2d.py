@@ -275,3 +275,15 @@ def test_attention_gate_upsampling(upsample: str, blockwise: bool) -> None:
     # Nearest: each coefficient covers exactly the 2 x 2 skip block it was computed from.
     blocks = alpha.reshape(4, 2, 4, 2).permute(0, 2, 1, 3).reshape(4, 4, 4)
     assert torch.equal(blocks, blocks[..., :1].expand(-1, -1, 4)) is blockwise
+
+
+@pytest.mark.parametrize(("stride", "layers", "expected"), [(2, 5, 16), (2, 3, 4), (3, 3, 9)])
+def test_config_and_model_agree_on_the_size_multiple(
+    stride: int, layers: int, expected: int
+) -> None:
+    # The config validator (deep supervision) and the model's padding read the same value.
+    config = UNet2DModelConfig(out_channels_layer1=4, number_of_layers=layers, stride=stride)
+    model = UNet2D(**config.model_dump())
+    assert config.size_multiple == model.size_multiple == expected
+    images = torch.randn(1, 3, expected * 2 + 1, expected * 2 - 1)
+    assert model.eval()(images).shape[-2:] == images.shape[-2:]

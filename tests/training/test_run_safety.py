@@ -190,11 +190,25 @@ def test_kill_before_the_test_then_resume_last_finishes_the_run(
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("sig", "code", "to_group"),
+    [
+        (signal.SIGINT, 130, False),
+        (signal.SIGTERM, 143, False),
+        # Ctrl-C in a terminal, and a scheduler's kill of the job, reach every process of the
+        # group: the DataLoader workers as well as the trainer.
+        (signal.SIGINT, 130, True),
+        (signal.SIGTERM, 143, True),
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGINT-group", "SIGTERM-group"],
+)
 def test_signal_marks_the_run_killed_and_leaves_a_resumable_checkpoint(
-    tiny_raw: dict[str, Any], tmp_path: Path, sig: signal.Signals, code: int
+    tiny_raw: dict[str, Any], tmp_path: Path, sig: signal.Signals, code: int, to_group: bool
 ) -> None:
-    config = _write(tiny_raw, tmp_path / "c.yaml", max_epochs=200, use_early_stopping=False)
+    workers = 2 if to_group else 0
+    config = _write(
+        tiny_raw, tmp_path / "c.yaml", max_epochs=200, use_early_stopping=False, num_workers=workers
+    )
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -209,15 +223,21 @@ def test_signal_marks_the_run_killed_and_leaves_a_resumable_checkpoint(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,  # its own process group, as a shell's foreground job
     )
     deadline = time.monotonic() + 300
     while not list((tmp_path / "runs").glob("*/checkpoints/last.ckpt")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
         time.sleep(0.1)
     time.sleep(0.5)  # into a later epoch
-    proc.send_signal(sig)
+    if to_group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == code, output[-3000:]
+    # A stop, not a crash: no traceback from the trainer or from a worker.
+    assert "Traceback" not in output, output[-3000:]
 
     (run,) = _run_folders(tmp_path / "runs")
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
@@ -229,6 +249,39 @@ def test_signal_marks_the_run_killed_and_leaves_a_resumable_checkpoint(
     resume = ["train", "--config", str(config), "--no-visualize", "--resume", "last"]
     assert main([*resume, "--set", more]) == 0
     assert _mlflow_run(config, checkpoint["skinet"]["mlflow_run_id"]).info.status == "FINISHED"
+
+
+@pytest.mark.heavy
+def test_a_run_stopped_before_its_first_epoch_ended_says_there_is_nothing_to_resume(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    # torch.compile's tracing holds the first step for seconds: a signal sent when fit begins
+    # lands before the first epoch ends.
+    config = _write(
+        tiny_raw, tmp_path / "c.yaml", use_torch_compile=True, torch_compile_backend="eager"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skinet.cli.main", "train", "--config", str(config)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # Lightning's model summary: fit has begun
+        seen.append(line)
+        if "Trainable params" in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    output = "".join(seen) + proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, output[-3000:]
+    assert not list((tmp_path / "runs").glob("*/checkpoints/*.ckpt"))
+    flat = " ".join(output.split())
+    assert "no checkpoint to resume; run the command again" in flat, output[-3000:]
+    assert "--resume last" not in flat
+    assert "Traceback" not in output
 
 
 @pytest.mark.process

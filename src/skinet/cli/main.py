@@ -178,7 +178,14 @@ def _report(error: BaseException, args: argparse.Namespace) -> int | None:
         log.error("%s", error)
         return 1
     if isinstance(error, RunInterrupted):
-        log.error("%s: the MLflow run is KILLED; continue with --resume last", error)
+        if error.last_checkpoint is not None:
+            log.error("%s: the MLflow run is KILLED; continue with --resume last", error)
+        else:
+            log.error(
+                "%s before its first epoch ended: the MLflow run is KILLED and there is no "
+                "checkpoint to resume; run the command again to start over",
+                error,
+            )
         return error.exit_code
     if isinstance(error, KeyboardInterrupt):
         # Ctrl-C outside a training run (evaluate, predict, compare, ...): one line, not a

@@ -107,7 +107,7 @@ class ExperimentConfig(BaseModel):
     @model_validator(mode="after")
     def _check_deep_supervision_size(self) -> ExperimentConfig:
         model, size = self.model, self.data.image_size
-        multiple = model.stride ** (model.number_of_layers - 1)
+        multiple = model.size_multiple
         if model.deep_supervision and size % multiple:
             raise ValueError(
                 f"MODEL_CONFIG.deep_supervision needs a DATA_CONFIG.image_size that is a "

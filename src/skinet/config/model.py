@@ -14,6 +14,12 @@ Norm = Literal["batch", "instance", "group"]
 AttentionUpsample = Literal["nearest", "bilinear"]
 
 
+def size_multiple(stride: int, number_of_layers: int) -> int:
+    """The size a UNet2D input's height and width are padded up to a multiple of: the encoder
+    downsamples ``number_of_layers - 1`` times by ``stride``."""
+    return int(stride ** (number_of_layers - 1))
+
+
 class UNet2DModelConfig(Section):
     """Hyperparameters of :class:`skinet.models.unet2d.UNet2D`."""
 
@@ -51,6 +57,11 @@ class UNet2DModelConfig(Section):
     """Check structurally that each decoder stage receives the skip it expects."""
     debug_forward: bool = False
     """Warn about near-zero skip activations (costly; keep off in production)."""
+
+    @property
+    def size_multiple(self) -> int:
+        """Height and width multiple of the deepest map: :func:`size_multiple`."""
+        return size_multiple(self.stride, self.number_of_layers)
 
     @model_validator(mode="after")
     def _check_deep_supervision(self) -> UNet2DModelConfig:

@@ -9,6 +9,7 @@ from typing import Any, Literal, overload
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from skinet.config.model import size_multiple
 from skinet.models.encoder_blocks import ENCODER_BLOCKS
 from skinet.models.layers import DEFAULT_NORM_GROUPS, NORM_LAYERS, build_norm_layer
 from skinet.models.merge_blocks import ATTENTION_UPSAMPLE_MODES, MERGE_BLOCKS
@@ -134,7 +135,7 @@ class UNet2D(nn.Module):
         self.stride = stride
         self.validate_forward = validate_forward
         self.debug_forward = debug_forward
-        self.size_multiple = stride ** (number_of_layers - 1)
+        self.size_multiple = size_multiple(stride, number_of_layers)
         """Height and width are padded up to a multiple of this."""
 
         channels = [out_channels_layer1 * 2**i for i in range(number_of_layers)]

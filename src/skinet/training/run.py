@@ -262,6 +262,9 @@ def fit_and_test(
                 logger.keep_open = False
                 logger.finalize("success")
     except BaseException as error:
+        if isinstance(error, RunInterrupted):
+            last = plan.run_dir / "checkpoints" / "last.ckpt"
+            error.last_checkpoint = last if last.is_file() else None
         marked = _record_stop(cfg, list(loggers), error)
         oom = (
             out_of_memory_error(error, cfg, "training") if isinstance(error, RuntimeError) else None

@@ -6,6 +6,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -21,6 +22,8 @@ class RunInterrupted(BaseException):
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
+        self.last_checkpoint: Path | None = None
+        """The run's ``last.ckpt`` to continue from (``None``: no epoch had finished)."""
         super().__init__(f"stopped by {signal.Signals(signum).name}")
 
     @property
@@ -29,13 +32,27 @@ class RunInterrupted(BaseException):
         return 128 + self.signum
 
 
-def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
-    raise RunInterrupted(signum)
+def stop_worker_quietly() -> None:
+    """In a DataLoader worker: SIGINT and SIGTERM raise ``KeyboardInterrupt``.
+
+    Ctrl-C in a terminal and a scheduler's kill of a job signal every process of the group,
+    the DataLoader workers too. PyTorch's worker loop ends quietly (status 0) on
+    ``KeyboardInterrupt``; left alone, a worker would raise the trainer's
+    :class:`RunInterrupted` inherited through ``fork`` (and print a traceback), or die of
+    PyTorch's own SIGTERM handler, and the trainer would stop on "DataLoader worker ... killed
+    by signal" instead of the signal. The trainer shuts its workers down as it stops.
+    """
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.default_int_handler)
 
 
 @contextmanager
 def stop_on_signals() -> Iterator[None]:
     """Turn SIGINT and SIGTERM into :class:`RunInterrupted` inside the block.
+
+    An error raised after the signal, while the stop unwinds (a DataLoader worker that died of
+    the same signal, ...), is part of the stop: it is re-raised as the :class:`RunInterrupted`
+    it follows. The workers themselves stop quietly (:func:`stop_worker_quietly`).
 
     Lightning chains the SIGTERM handler found when ``fit`` starts after its own, so this one
     still runs under the Trainer. Outside the main thread (where Python cannot set handlers)
@@ -44,11 +61,21 @@ def stop_on_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    received: list[int] = []
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        raise RunInterrupted(signum)
+
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     for sig in STOP_SIGNALS:
-        signal.signal(sig, _raise_interrupted)
+        signal.signal(sig, handle)
     try:
         yield
+    except Exception as error:
+        if not received:
+            raise
+        raise RunInterrupted(received[0]) from error
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -19,6 +19,7 @@ from torch.utils.data import (
 
 from skinet.runtime.rank import launch_rank
 from skinet.runtime.seeds import derive_seed
+from skinet.training.signals import stop_worker_quietly
 
 if TYPE_CHECKING:
     from skinet.training.data.dataset import SegmentationDataset
@@ -42,6 +43,13 @@ def seed_worker(worker_id: int) -> None:
         return
     compose_seed = getattr(transform, "seed", None) or 0
     transform.set_random_seed(derive_seed(int(compose_seed), torch.initial_seed(), *launch_rank()))
+
+
+def init_worker(worker_id: int) -> None:
+    """Each DataLoader worker's start: its own augmentation stream (:func:`seed_worker`), and
+    a quiet exit on Ctrl-C or ``kill`` of the process group (:func:`stop_worker_quietly`)."""
+    stop_worker_quietly()
+    seed_worker(worker_id)
 
 
 class EpochShuffleSampler(RandomSampler):
@@ -75,7 +83,7 @@ class RepeatDataLoader(DataLoader):
     Persistent workers keep the forked dataset (and its RAM cache) alive instead of re-forking
     every epoch. ``prefetch_factor`` and ``persistent_workers`` are dropped when
     ``num_workers == 0`` (PyTorch rejects them there). ``worker_init_fn`` defaults to
-    :func:`seed_worker`.
+    :func:`init_worker`.
 
     The ``__init__`` signature mirrors ``DataLoader``'s, so Lightning can re-create the loader
     with a ``DistributedSampler`` under DDP (it re-instantiates loader subclasses from their
@@ -94,7 +102,7 @@ class RepeatDataLoader(DataLoader):
         pin_memory: bool = False,
         drop_last: bool = False,
         timeout: float = 0,
-        worker_init_fn: Callable[[int], None] | None = seed_worker,
+        worker_init_fn: Callable[[int], None] | None = init_worker,
         multiprocessing_context: Any = None,
         generator: torch.Generator | None = None,
         *,
