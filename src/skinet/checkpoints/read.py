@@ -24,7 +24,7 @@ from skinet.checkpoints.state_dict import normalize_state_dict_keys
 from skinet.checkpoints.threshold import Threshold
 from skinet.config.errors import ConfigError
 from skinet.config.experiment import ExperimentConfig, parse_config
-from skinet.models.unet2d import UNet2D, without_aux_heads
+from skinet.models.unet2d import UNet2D, inference_unet, without_aux_heads
 
 MODEL_PREFIX = "model."
 ZIP_HEADER = b"PK\x03\x04"
@@ -174,8 +174,7 @@ def build_model(checkpoint: SkinetCheckpoint) -> UNet2D:
             f"{checkpoint.path}: inference supports binary models only "
             f"(MODEL_CONFIG.num_output_classes is {model_cfg.num_output_classes})"
         )
-    # The deep-supervision heads only train: the inference model is built and loaded without.
-    model = UNet2D(**{**model_cfg.model_dump(), "deep_supervision": 0})
+    model = inference_unet(model_cfg)
     try:
         model.load_state_dict(without_aux_heads(checkpoint.state_dict), strict=True)
     except RuntimeError as error:

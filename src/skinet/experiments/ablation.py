@@ -67,9 +67,9 @@ def count_model_parameters(cfg: ExperimentConfig) -> int:
     """Parameters of the UNet2D that ``MODEL_CONFIG`` builds, as prediction runs it (without
     the training-only deep-supervision heads)."""
     from skinet.checkpoints.state_dict import count_parameters
-    from skinet.models.unet2d import UNet2D
+    from skinet.models.unet2d import inference_unet
 
-    return count_parameters(UNet2D(**{**cfg.model.model_dump(), "deep_supervision": 0}))
+    return count_parameters(inference_unet(cfg.model))
 
 
 def run_ablation(

@@ -9,7 +9,7 @@ from typing import Any, Literal, overload
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from skinet.config.model import size_multiple
+from skinet.config.model import UNet2DModelConfig, size_multiple
 from skinet.models.encoder_blocks import ENCODER_BLOCKS
 from skinet.models.layers import DEFAULT_NORM_GROUPS, NORM_LAYERS, build_norm_layer
 from skinet.models.merge_blocks import ATTENTION_UPSAMPLE_MODES, MERGE_BLOCKS
@@ -310,6 +310,12 @@ class UNet2D(nn.Module):
                 mean_abs,
                 NEAR_ZERO_SKIP,
             )
+
+
+def inference_unet(model_cfg: UNet2DModelConfig) -> UNet2D:
+    """The UNet2D that ``MODEL_CONFIG`` builds for prediction: without the deep-supervision
+    heads, which only train (load it with :func:`without_aux_heads`)."""
+    return UNet2D(**{**model_cfg.model_dump(), "deep_supervision": 0})
 
 
 def without_aux_heads(state_dict: Mapping[str, Any]) -> dict[str, Any]:
