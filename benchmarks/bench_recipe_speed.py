@@ -72,7 +72,8 @@ def fit_rate(
         "DATA_CONFIG.test_fraction": 0.0,
         "TRAIN_CONFIG.output_dir": str(runs),
         "TRAIN_CONFIG.max_epochs": epochs,
-        "TRAIN_CONFIG.max_time": None,
+        # The epochs end the run; a budget it never reaches keeps a cosine_budget schedule valid.
+        "TRAIN_CONFIG.max_time": "00:01:00:00",
         "TRAIN_CONFIG.enable_progress_bar": False,
         "TRAIN_CONFIG.log_every_n_steps": 1,
         "TRAIN_CONFIG.mlflow_config.tracking_uri": None,

@@ -1,0 +1,30 @@
+"""``benchmarks/bench_recipe_speed.py`` on the shipped laptop recipe: both figures per variant."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.heavy
+def test_the_shipped_recipe_and_a_variant_are_timed_against_batch_norm(tmp_path: Path) -> None:
+    # configs/cpu_budget.yaml as shipped: its cosine_budget schedule needs a max_time.
+    command = [sys.executable, str(REPO / "benchmarks" / "bench_recipe_speed.py")]
+    command += ["--rounds", "1", "--epochs", "2", "--num-train", "16", "--model-steps", "1"]
+    command += ["--variant", "deep2=MODEL_CONFIG.deep_supervision=2"]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "TMPDIR": str(tmp_path)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in done.stdout.splitlines()
+        if line.startswith("| ") and not line.startswith("| variant")
+    }
+    assert set(rows) == {"shipped", "batch", "deep2"}, done.stdout
+    assert "| 1.000 |" in rows["batch"]  # the reference against itself
