@@ -284,6 +284,75 @@ def test_a_run_stopped_before_its_first_epoch_ended_says_there_is_nothing_to_res
     assert "Traceback" not in output
 
 
+def _signal_run(config: Path, how: str, sig: signal.Signals, after: str, *extra: str) -> str:
+    """``skinet train`` sent ``sig`` as soon as ``skinet.training.run.<after>`` returns (``how``:
+    see the harness); its output, on one line."""
+    args = ["train", "--config", str(config), *extra]
+    proc = subprocess.run(
+        [sys.executable, str(HARNESS), how, sig.name, after, "--", *args],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 128 + sig, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    return " ".join(output.split())
+
+
+@pytest.mark.heavy
+def test_a_resume_stopped_before_fit_closes_its_reopened_mlflow_run(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    # A resume reopens its MLflow run as it starts; a stop before fit must close it again.
+    config = _write(tiny_raw, tmp_path / "c.yaml", max_epochs=1, use_early_stopping=False)
+    assert main(["train", "--config", str(config), "--no-visualize"]) == 0
+    (run,) = _run_folders(tmp_path / "runs")
+    run_id = json.loads((run / "metrics.json").read_text())["mlflow_run_id"]
+    resume = ["--no-visualize", "--resume", "last", "--set", "TRAIN_CONFIG.max_epochs=2"]
+
+    flat = _signal_run(config, "signal", signal.SIGTERM, "build_trainer", *resume)
+    assert "stopped by SIGTERM: the MLflow run is KILLED; continue with --resume last" in flat
+    stopped = _mlflow_run(config, run_id)
+    assert stopped.info.status == "KILLED"
+    assert stopped.data.tags["skinet.stopped_by"] == "stopped by SIGTERM"
+
+    assert main(["train", "--config", str(config), *resume]) == 0
+    assert _mlflow_run(config, run_id).info.status == "FINISHED"
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
+
+
+@pytest.mark.heavy
+def test_a_new_run_stopped_while_its_folder_is_written_says_there_is_nothing_to_resume(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    config = _write(tiny_raw, tmp_path / "c.yaml")
+    # Ctrl-C while the augmented samples are drawn, after config.yaml is written.
+    flat = _signal_run(config, "signal", signal.SIGINT, "visualize_augmented_data")
+    assert "stopped by SIGINT before its first epoch ended: there is no checkpoint to resume" in (
+        flat
+    )
+    assert "MLflow run is KILLED" not in flat  # fit never opened one
+    (run,) = _run_folders(tmp_path / "runs")
+    assert not (run / "metrics.json").exists()
+    assert not list(run.glob("checkpoints/*.ckpt"))
+
+
+@pytest.mark.heavy
+def test_a_signal_that_lands_in_a_finalizer_still_stops_the_run(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    # Python runs a signal handler wherever the main thread is, a __del__ among those places,
+    # and ignores what a __del__ raises: the stop must not be lost there.
+    config = _write(tiny_raw, tmp_path / "c.yaml", max_epochs=200, use_early_stopping=False)
+    flat = _signal_run(config, "signal-in-del", signal.SIGTERM, "build_trainer", "--no-visualize")
+    assert "stopped by SIGTERM before its first epoch ended" in flat
+    assert "Exception ignored" not in flat
+    (run,) = _run_folders(tmp_path / "runs")
+    assert not (run / "metrics.json").exists()
+
+
 @pytest.mark.process
 def test_last_checkpoint_is_written_after_every_epoch(
     tiny_raw: dict[str, Any], tmp_path: Path

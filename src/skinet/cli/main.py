@@ -178,13 +178,15 @@ def _report(error: BaseException, args: argparse.Namespace) -> int | None:
         log.error("%s", error)
         return 1
     if isinstance(error, RunInterrupted):
+        killed = "the MLflow run is KILLED; " if error.mlflow_killed else ""
         if error.last_checkpoint is not None:
-            log.error("%s: the MLflow run is KILLED; continue with --resume last", error)
+            log.error("%s: %scontinue with --resume last", error, killed)
         else:
             log.error(
-                "%s before its first epoch ended: the MLflow run is KILLED and there is no "
-                "checkpoint to resume; run the command again to start over",
+                "%s before its first epoch ended: %sthere is no checkpoint to resume; run the "
+                "command again to start over",
                 error,
+                killed,
             )
         return error.exit_code
     if isinstance(error, KeyboardInterrupt):

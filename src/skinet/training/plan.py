@@ -15,6 +15,7 @@ from skinet.checkpoints.format import CheckpointPayload
 from skinet.config.experiment import ExperimentConfig, parse_config
 from skinet.runtime.rank import is_launch_rank_zero
 from skinet.tracking.mlflow_utils import make_run_name
+from skinet.training.callbacks.setup import CHECKPOINT_DIR, last_checkpoint_path
 from skinet.training.init_from import (
     InitLineage,
     InitSource,
@@ -98,7 +99,7 @@ def _plan_resume(
         checkpoint = find_last_checkpoint(train_cfg.output_dir, train_cfg.experiment_name)
     else:
         checkpoint = Path(resume)
-    if checkpoint.parent.name == "checkpoints":
+    if checkpoint.parent.name == CHECKPOINT_DIR:
         run_dir = checkpoint.parent.parent
         run_name = run_dir.name
     payload = CheckpointPayload.from_checkpoint(
@@ -171,6 +172,6 @@ def unused_run_dir(run_dir: Path) -> Path:
             "earlier run instead, pass --resume %s)",
             run_dir,
             candidate.name,
-            run_dir / "checkpoints" / "last.ckpt",
+            last_checkpoint_path(run_dir),
         )
     return candidate

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import lightning as L
 import yaml
 from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
-from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.loggers import Logger, MLFlowLogger
 
 from skinet.augment.checks import check_config
 from skinet.config.experiment import RESOLVED_KEY, ExperimentConfig
@@ -30,7 +32,7 @@ from skinet.tracking.runs import finish_run, set_tags
 from skinet.training.callbacks.epoch_history import EpochMetricsHistory
 from skinet.training.callbacks.mlflow_artifacts import SkiNetMLFlowLogger, best_checkpoint
 from skinet.training.callbacks.resume import ResumeStateCallback
-from skinet.training.callbacks.setup import setup_logging_and_callbacks
+from skinet.training.callbacks.setup import last_checkpoint_path, setup_logging_and_callbacks
 from skinet.training.checkpoint_io import WholeFileCheckpointIO
 from skinet.training.data.loaders import DataLoaders, build_dataloaders
 from skinet.training.data.visualize import visualize_augmented_data
@@ -153,17 +155,22 @@ def run_training(
     model = build_model(cfg, settings)
     history = EpochMetricsHistory()
     tags = plan.lineage.tags() if plan.lineage else None
-    loggers, callbacks = setup_logging_and_callbacks(
-        cfg, plan.run_dir, plan.run_name, parent_run_id, plan.mlflow_run_id, tags, history
-    )
-    write_run_start(cfg, plan, settings, loaders, visualize)
-    if plan.init_source is not None:  # a resumed run has its own weights
-        load_init_weights(
-            model.model, plan.init_source.state_dict, plan.init_source.lineage.checkpoint
+    # From here a stop is recorded: a resumed run's MLflow run is reopened by its logger, and
+    # the run folder is written before fit starts.
+    loggers: list[Logger] = []
+    with recording_stops(cfg, plan, loggers):
+        made, callbacks = setup_logging_and_callbacks(
+            cfg, plan.run_dir, plan.run_name, parent_run_id, plan.mlflow_run_id, tags, history
         )
-    callbacks.append(ResumeStateCallback(cfg, loaders.train_dataset))
-    trainer = build_trainer(cfg, settings, plan.run_dir, loggers, callbacks, deterministic)
-    return fit_and_test(cfg, plan, trainer, model, loaders, history)
+        loggers.extend(made)
+        write_run_start(cfg, plan, settings, loaders, visualize)
+        if plan.init_source is not None:  # a resumed run has its own weights
+            load_init_weights(
+                model.model, plan.init_source.state_dict, plan.init_source.lineage.checkpoint
+            )
+        callbacks.append(ResumeStateCallback(cfg, loaders.train_dataset))
+        trainer = build_trainer(cfg, settings, plan.run_dir, loggers, callbacks, deterministic)
+        return fit_and_test(cfg, plan, trainer, model, loaders, history)
 
 
 def check_machine(cfg: ExperimentConfig) -> None:
@@ -205,6 +212,32 @@ def write_run_start(
         visualize_augmented_data(loaders.train_dataset, plan.run_dir / "augmented_samples.png")
 
 
+@contextmanager
+def recording_stops(cfg: ExperimentConfig, plan: RunPlan, loggers: list[Logger]) -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into :class:`RunInterrupted` and record how the run stopped.
+
+    A stop (a signal, an error) closes the MLflow runs ``loggers`` hold as ``KILLED`` or
+    ``FAILED``; running out of memory or disk is re-raised as an error that says what to do.
+    A :class:`RunInterrupted` carries the run's ``last.ckpt`` (``None``: no epoch had
+    finished) and whether an MLflow run was closed as ``KILLED``.
+    """
+    try:
+        with stop_on_signals():
+            yield
+    except BaseException as error:
+        if isinstance(error, RunInterrupted):
+            last = last_checkpoint_path(plan.run_dir)
+            error.last_checkpoint = last if last.is_file() else None
+        marked = _record_stop(cfg, loggers, error)
+        oom = (
+            out_of_memory_error(error, cfg, "training") if isinstance(error, RuntimeError) else None
+        )
+        known = oom or disk_full_error(error, plan.run_dir, marked)
+        if known is None:
+            raise
+        raise known from error
+
+
 def fit_and_test(
     cfg: ExperimentConfig,
     plan: RunPlan,
@@ -215,64 +248,47 @@ def fit_and_test(
 ) -> RunResult:
     """Fit, test the best checkpoint, write ``metrics.json`` and the records, close the run.
 
-    A stop (a signal, an error) closes the MLflow run as ``KILLED`` or ``FAILED``; running out
-    of memory or disk is re-raised as an error that says what to do.
+    Run inside :func:`recording_stops`, which closes the MLflow run of a stopped fit.
     """
     loggers = trainer.loggers
     held_open = [lg for lg in loggers if isinstance(lg, SkiNetMLFlowLogger)]
     for logger in held_open:
         logger.keep_open = True  # FINISHED only once the test and metrics.json are done
     started = time.perf_counter()
-    try:
-        with stop_on_signals():
-            trainer.fit(model, loaders.train, loaders.val, ckpt_path=plan.resume_from)
-            # The best checkpoint is read once, by the history (its epoch, its weights).
-            best = history.best_checkpoint(trainer)
-            best_path = best.path if best is not None else best_checkpoint(trainer)
-            fit_metrics = best_epoch_metrics(trainer, history)
-            test_metrics: dict[str, float] = {}
-            if loaders.test is not None:
-                results = trainer.test(model, loaders.test, ckpt_path=best_path, verbose=False)
-                test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
-            mlflow_run_id = next(
-                (lg.run_id for lg in loggers if isinstance(lg, MLFlowLogger)), None
-            )
-            run_name, run_dir, mlflow_run_id = trainer.strategy.broadcast(
-                (plan.run_name, plan.run_dir, mlflow_run_id)
-            )
-            result = RunResult(
-                metrics={**fit_metrics, **test_metrics},
-                run_name=run_name,
-                run_dir=run_dir.resolve(),
-                best_checkpoint=best_path.resolve() if best_path else None,
-                mlflow_run_id=mlflow_run_id,
-                fit_seconds=round(time.perf_counter() - started, 2),
-                epochs_trained=trainer.current_epoch,
-                stopped_by=stop_reason(trainer),
-            )
-            if trainer.is_global_zero:
-                summary = {**asdict(result), "monitor": cfg.sweep.monitor}
-                (run_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=str))
-                lineage = plan.lineage.as_card() if plan.lineage else None
-                write_run_records(cfg, result, loaders, lineage)  # splits.csv and MODEL_CARD.md
-                if mlflow_run_id is not None:
-                    uri = resolve_tracking_uri(cfg)
-                    set_tags(uri, mlflow_run_id, {"skinet.stopped_by": result.stopped_by})
-            for logger in held_open:
-                logger.keep_open = False
-                logger.finalize("success")
-    except BaseException as error:
-        if isinstance(error, RunInterrupted):
-            last = plan.run_dir / "checkpoints" / "last.ckpt"
-            error.last_checkpoint = last if last.is_file() else None
-        marked = _record_stop(cfg, list(loggers), error)
-        oom = (
-            out_of_memory_error(error, cfg, "training") if isinstance(error, RuntimeError) else None
-        )
-        known = oom or disk_full_error(error, plan.run_dir, marked)
-        if known is None:
-            raise
-        raise known from error
+    trainer.fit(model, loaders.train, loaders.val, ckpt_path=plan.resume_from)
+    # The best checkpoint is read once, by the history (its epoch, its weights).
+    best = history.best_checkpoint(trainer)
+    best_path = best.path if best is not None else best_checkpoint(trainer)
+    fit_metrics = best_epoch_metrics(trainer, history)
+    test_metrics: dict[str, float] = {}
+    if loaders.test is not None:
+        results = trainer.test(model, loaders.test, ckpt_path=best_path, verbose=False)
+        test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+    mlflow_run_id = next((lg.run_id for lg in loggers if isinstance(lg, MLFlowLogger)), None)
+    run_name, run_dir, mlflow_run_id = trainer.strategy.broadcast(
+        (plan.run_name, plan.run_dir, mlflow_run_id)
+    )
+    result = RunResult(
+        metrics={**fit_metrics, **test_metrics},
+        run_name=run_name,
+        run_dir=run_dir.resolve(),
+        best_checkpoint=best_path.resolve() if best_path else None,
+        mlflow_run_id=mlflow_run_id,
+        fit_seconds=round(time.perf_counter() - started, 2),
+        epochs_trained=trainer.current_epoch,
+        stopped_by=stop_reason(trainer),
+    )
+    if trainer.is_global_zero:
+        summary = {**asdict(result), "monitor": cfg.sweep.monitor}
+        (run_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=str))
+        lineage = plan.lineage.as_card() if plan.lineage else None
+        write_run_records(cfg, result, loaders, lineage)  # splits.csv and MODEL_CARD.md
+        if mlflow_run_id is not None:
+            uri = resolve_tracking_uri(cfg)
+            set_tags(uri, mlflow_run_id, {"skinet.stopped_by": result.stopped_by})
+    for logger in held_open:
+        logger.keep_open = False
+        logger.finalize("success")
     log.debug("run %s finished: %s", run_name, json.dumps(result.metrics))
     return result
 
@@ -329,14 +345,18 @@ def _record_stop(cfg: ExperimentConfig, loggers: list[Any], error: BaseException
     uri = resolve_tracking_uri(cfg)
     marked: bool | None = None
     for logger in loggers:
-        if not (isinstance(logger, MLFlowLogger) and logger.run_id):
+        # A logger opens its MLflow run when fit starts (a resumed run's, when it is built):
+        # a stop before that has no run to close, and asking for its id would open one.
+        run_id = logger.opened_run_id if isinstance(logger, SkiNetMLFlowLogger) else None
+        if run_id is None:
             continue
         if not isinstance(error, RunInterrupted):
-            marked = mark_run_failed(logger.run_id, uri, error) and marked is not False
+            marked = mark_run_failed(run_id, uri, error) and marked is not False
             continue
         try:
-            set_tags(uri, logger.run_id, {"skinet.stopped_by": str(error)})
-            finish_run(uri, logger.run_id, "KILLED")
+            set_tags(uri, run_id, {"skinet.stopped_by": str(error)})
+            finish_run(uri, run_id, "KILLED")
+            error.mlflow_killed = True
         except Exception as exc:  # noqa: BLE001 - the interruption must stay visible
-            log.warning("could not mark MLflow run %s as KILLED: %s", logger.run_id, exc)
+            log.warning("could not mark MLflow run %s as KILLED: %s", run_id, exc)
     return marked

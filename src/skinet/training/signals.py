@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,6 +11,8 @@ from pathlib import Path
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: list[int] = []
+"""The signals received inside :func:`stop_on_signals`, for :func:`raise_if_stopped`."""
 
 
 class RunInterrupted(BaseException):
@@ -24,6 +27,8 @@ class RunInterrupted(BaseException):
         self.signum = signum
         self.last_checkpoint: Path | None = None
         """The run's ``last.ckpt`` to continue from (``None``: no epoch had finished)."""
+        self.mlflow_killed = False
+        """Whether the run's MLflow run was closed as ``KILLED`` (it has none before fit)."""
         super().__init__(f"stopped by {signal.Signals(signum).name}")
 
     @property
@@ -55,21 +60,32 @@ def stop_on_signals() -> Iterator[None]:
     it follows. The workers themselves stop quietly (:func:`stop_worker_quietly`).
 
     Lightning chains the SIGTERM handler found when ``fit`` starts after its own, so this one
-    still runs under the Trainer. Outside the main thread (where Python cannot set handlers)
-    the block runs unchanged.
+    still runs under the Trainer. A stop raised where Python ignores it is raised again by
+    :func:`raise_if_stopped`. Outside the main thread (where Python cannot set handlers) the
+    block runs unchanged.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    received: list[int] = []
+    received = _received
+    received.clear()
 
     def handle(signum: int, _frame: FrameType | None) -> None:
         received.append(signum)
         raise RunInterrupted(signum)
 
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    previous_hook = sys.unraisablehook
+
+    def unraisable(info: sys.UnraisableHookArgs) -> None:
+        # A handler that ran inside a __del__ (or a weakref callback): Python ignores what it
+        # raised and would print a traceback; raise_if_stopped raises it again.
+        if not isinstance(info.exc_value, RunInterrupted):
+            previous_hook(info)
+
     for sig in STOP_SIGNALS:
         signal.signal(sig, handle)
+    sys.unraisablehook = unraisable
     try:
         yield
     except Exception as error:
@@ -79,3 +95,17 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        sys.unraisablehook = previous_hook
+        received.clear()
+
+
+def raise_if_stopped() -> None:
+    """Raise the :class:`RunInterrupted` of a signal :func:`stop_on_signals` received, again.
+
+    Python runs a signal handler wherever the main thread is, and the exception it raises is
+    lost when that place is a ``__del__`` or a weakref callback (a garbage collection can run
+    them anywhere). Called at every batch (:class:`~skinet.training.callbacks.stop_check.
+    StopCheck`), so such a stop takes effect one batch later instead of never.
+    """
+    if _received:
+        raise RunInterrupted(_received[0])

@@ -11,7 +11,7 @@ import math
 import os
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import lightning as L
 import yaml
@@ -52,6 +52,14 @@ class SkiNetMLFlowLogger(MLFlowLogger):
         super().__init__(*args, **kwargs)
         self.failed = False
         self.keep_open = False
+
+    @property
+    def opened_run_id(self) -> str | None:
+        """The id of the MLflow run this logger has opened or continues (``None``: none yet).
+
+        Unlike ``run_id``, asking does not start a run.
+        """
+        return cast(str | None, self._run_id)
 
     @property
     def experiment(self) -> Any:

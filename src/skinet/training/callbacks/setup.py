@@ -26,14 +26,22 @@ from skinet.training.callbacks.mlflow_artifacts import (
 from skinet.training.callbacks.plots import TrainingPlotsCallback
 from skinet.training.callbacks.progress_log import ProgressLogCallback
 from skinet.training.callbacks.resume import ResumeAwareLearningRateMonitor
+from skinet.training.callbacks.stop_check import StopCheck
 from skinet.training.callbacks.system_metrics import SystemMetricsThreadCallback
 from skinet.training.callbacks.throughput import ThroughputCallback
 
 if TYPE_CHECKING:
     from skinet.config.experiment import ExperimentConfig
 
+CHECKPOINT_DIR = "checkpoints"
+"""A run's checkpoints: ``<run folder>/checkpoints``."""
 LAST_CHECKPOINT_NAME = "last"
 """``checkpoints/last.ckpt``: written after every epoch, read by ``--resume last``."""
+
+
+def last_checkpoint_path(run_dir: Path) -> Path:
+    """``run_dir/checkpoints/last.ckpt``, whether it exists or not."""
+    return Path(run_dir) / CHECKPOINT_DIR / f"{LAST_CHECKPOINT_NAME}.ckpt"
 
 
 def setup_logging_and_callbacks(
@@ -48,8 +56,9 @@ def setup_logging_and_callbacks(
     """Build the loggers and callbacks selected by ``TRAIN_CONFIG``.
 
     Always: ``EpochMetricsHistory`` (``history``, else a new one), ``SystemMetricsThreadCallback``,
-    ``ThroughputCallback``, ``ProgressLogCallback`` and ``TrainingPlotsCallback`` (PNGs in
-    ``run_dir/plots``, drawn from the history). By flag: ``EarlyStopping``,
+    ``ThroughputCallback``, ``ProgressLogCallback``, ``StopCheck`` and
+    ``TrainingPlotsCallback`` (PNGs in ``run_dir/plots``, drawn from the history). By flag:
+    ``EarlyStopping``,
     ``ModelCheckpoint`` (in ``run_dir/checkpoints``; with ``save_last`` a second one writes
     ``last.ckpt`` after every epoch), ``MLFlowLogger`` with ``MLflowTrainingArtifactsCallback``,
     ``LitLogger``, ``WeightEMA``; ``LearningRateMonitor`` whenever a logger is on.
@@ -76,6 +85,7 @@ def setup_logging_and_callbacks(
         SystemMetricsThreadCallback(train.system_metrics_interval_sec),
         ThroughputCallback(),
         ProgressLogCallback(train.progress_log_interval_sec, train.enable_progress_bar),
+        StopCheck(),
     ]
     if train.freeze_encoder_epochs:
         callbacks.append(FreezeEncoder(train.freeze_encoder_epochs))
@@ -95,7 +105,7 @@ def setup_logging_and_callbacks(
         ckpt = train.checkpoint_config
         callbacks.append(
             ModelCheckpoint(
-                dirpath=run_dir / "checkpoints",
+                dirpath=run_dir / CHECKPOINT_DIR,
                 monitor=ckpt.monitor or cfg.sweep.monitor,
                 mode=ckpt.mode,
                 save_top_k=ckpt.save_top_k,
@@ -107,7 +117,7 @@ def setup_logging_and_callbacks(
             # was saved (the monitor improved); this one saves every epoch, overwriting itself.
             callbacks.append(
                 ModelCheckpoint(
-                    dirpath=run_dir / "checkpoints",
+                    dirpath=run_dir / CHECKPOINT_DIR,
                     filename=LAST_CHECKPOINT_NAME,
                     monitor=None,
                     save_top_k=1,
