@@ -104,8 +104,8 @@ def raise_if_stopped() -> None:
 
     Python runs a signal handler wherever the main thread is, and the exception it raises is
     lost when that place is a ``__del__`` or a weakref callback (a garbage collection can run
-    them anywhere). Called at every batch (:class:`~skinet.training.callbacks.stop_check.
-    StopCheck`), so such a stop takes effect one batch later instead of never.
+    them anywhere). ``StopCheck`` (:mod:`skinet.training.callbacks.stop_check`) calls it at
+    every batch, so such a stop takes effect one batch later instead of never.
     """
     if _received:
         raise RunInterrupted(_received[0])
