@@ -112,3 +112,31 @@ def test_console_script_is_installed() -> None:
         "export",
     ):
         assert subcommand in proc.stdout
+
+
+@pytest.mark.process
+def test_ctrl_c_while_training_libraries_import_is_one_line(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    # The first seconds of `skinet train` import Lightning and MLflow: a real SIGINT sent as
+    # that import starts.
+    config = _write_config(tiny_raw, tmp_path / "c.yaml")
+    code = (
+        "import importlib, os, signal, sys\n"
+        "real = importlib.import_module\n"
+        "def import_module(name, *args, **kwargs):\n"
+        "    if name == 'lightning.pytorch':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(name, *args, **kwargs)\n"
+        "importlib.import_module = import_module\n"
+        "from skinet.cli.main import main\n"
+        f"sys.exit(main(['train', '--config', {config!r}]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 130, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert "skinet train interrupted (Ctrl-C)" in " ".join(output.split())
+    assert not (tmp_path / "runs").exists()

@@ -150,8 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     handler: Handler = args.func
-    configure_logging(args.verbose, training=bool(required_modules(handler)))
     try:
+        # Imports Lightning and MLflow for a training command: seconds in which Ctrl-C is
+        # reported like any other (its handler is installed before those imports).
+        configure_logging(args.verbose, training=bool(required_modules(handler)))
         check_requirements(handler, _command_line(args))
         return handler(args)
     except _REPORTED as error:
