@@ -89,6 +89,16 @@ def config_loss_step(loss_name: LossName, bce_weight: float, deep_supervision: i
     return lambda model, images, masks: deep_loss(model(images, deep=True), masks)
 
 
+def autocast_bf16(loss_step: LossStep) -> LossStep:
+    """``loss_step`` under CPU bfloat16 autocast, as Lightning's ``bf16-mixed`` runs a step."""
+
+    def step(model: nn.Module, images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return loss_step(model, images, masks)
+
+    return step
+
+
 def step_rate(
     model: nn.Module,
     images: torch.Tensor,

@@ -5,6 +5,7 @@ Usage::
     python benchmarks/bench_recipe_speed.py                      # configs/cpu_budget.yaml, ~6 min
     python benchmarks/bench_recipe_speed.py --rounds 3 --epochs 3 --num-train 128
     python benchmarks/bench_recipe_speed.py --variant 'group=MODEL_CONFIG.norm=group'
+    python benchmarks/bench_recipe_speed.py --variant 'fp32=TRAIN_CONFIG.precision=32-true'
 
 Two figures per variant, measured in turns (A B A B ...) so that a drift of the machine's speed
 hits every variant alike:
@@ -16,7 +17,8 @@ hits every variant alike:
   warms up caches, workers and ``torch.compile``);
 - **model-only**: forward, loss (the config's, deep supervision included), backward and AdamW
   step of the config's UNet2D on random tensors in this process, its memory format as
-  training resolves it.
+  training resolves it, under bfloat16 autocast where ``TRAIN_CONFIG.precision`` is
+  ``bf16-mixed`` (as Lightning runs the step).
 
 Each variant is the config plus overrides; ``batch`` (``MODEL_CONFIG.norm=batch``) is the
 reference the ratios are taken against. Asserts nothing.
@@ -42,7 +44,7 @@ from skinet.runtime.allocator import MALLOC_ENV, reexec_with_malloc_env
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_norm import config_loss_step, step_rate  # noqa: E402
+from bench_norm import autocast_bf16, config_loss_step, step_rate  # noqa: E402
 
 REFERENCE = "batch"
 
@@ -99,6 +101,7 @@ def model_rate(config: Path, overrides: dict[str, Any], steps: int) -> float:
     from skinet.config.experiment import load_config
     from skinet.models.layers import uses_channels_last
     from skinet.models.unet2d import UNet2D
+    from skinet.runtime.devices import BF16_PRECISIONS
 
     cfg = load_config(config, overrides)
     torch.manual_seed(0)
@@ -112,6 +115,8 @@ def model_rate(config: Path, overrides: dict[str, Any], steps: int) -> float:
     loss_step = config_loss_step(
         cfg.train.loss_name, cfg.train.bce_weight, cfg.model.deep_supervision
     )
+    if cfg.train.precision in BF16_PRECISIONS:
+        loss_step = autocast_bf16(loss_step)
     return step_rate(model, images, masks, steps, 2, loss_step)
 
 

@@ -79,7 +79,16 @@ def _torch_lines() -> list[str]:
     mps = getattr(torch.backends, "mps", None)
     lines.append(f"  MPS available: {bool(mps and mps.is_available())}")
     lines.append(f"  threads: {torch.get_num_threads()}")
+    lines.append(f"  CPU bfloat16: {_cpu_bf16_line()}")
     return lines
+
+
+def _cpu_bf16_line() -> str:
+    from skinet.runtime.devices import cpu_has_native_bf16
+
+    if cpu_has_native_bf16():
+        return "native (TRAIN_CONFIG.precision: bf16-mixed trains faster than 32-true here)"
+    return "emulated (keep TRAIN_CONFIG.precision: 32-true on this CPU)"
 
 
 def _nvml_line() -> str:

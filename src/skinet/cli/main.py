@@ -114,6 +114,8 @@ def configure_logging(verbose: bool = False, training: bool = True) -> None:
         lightning_logger.propagate = True
     # Raised inside Lightning by torch>=2.10; nothing a user can act on.
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated")
+    # The model summary's size estimate under bf16-mixed: it counts the float32 weights anyway.
+    warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
 
 
 def _command_line(args: argparse.Namespace) -> str:

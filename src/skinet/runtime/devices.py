@@ -147,6 +147,44 @@ def resolve_train_settings(train: TrainConfig) -> TrainSettings:
     )
 
 
+BF16_PRECISIONS = ("bf16-mixed", "bf16-true", "16-mixed")
+"""Precisions that compute in bfloat16 on a CPU (Lightning runs ``16-mixed`` there as
+``bf16-mixed``)."""
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has bfloat16 instructions torch uses (AVX512-BF16 or AMX).
+
+    With them, ``bf16-mixed`` trains faster than ``32-true`` (``benchmarks/bench_recipe_speed.py``
+    measures by how much); without them torch emulates bfloat16, which is slower than float32.
+    """
+    import torch
+
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
+
+
+def precision_hint(settings: TrainSettings, native_bf16: bool | None = None) -> str | None:
+    """A warning for bfloat16 training on a CPU that only emulates it (``None`` otherwise).
+
+    Args:
+        settings: The resolved settings of the run.
+        native_bf16: Whether the CPU has bfloat16 instructions (``None``: ask this CPU).
+    """
+    if settings.accelerator != "cpu" or settings.precision not in BF16_PRECISIONS:
+        return None
+    if native_bf16 is None:
+        native_bf16 = cpu_has_native_bf16()
+    if native_bf16:
+        return None
+    return (
+        f"TRAIN_CONFIG.precision: {settings.precision} on a CPU without bfloat16 instructions "
+        "(AVX512-BF16 or AMX): torch emulates bfloat16 here, which trains slower than float32 "
+        "and fits fewer epochs into a time budget; set TRAIN_CONFIG.precision: 32-true "
+        "(--set TRAIN_CONFIG.precision=32-true)"
+    )
+
+
 def config_with_resolved(
     cfg: ExperimentConfig, settings: TrainSettings | None = None
 ) -> dict[str, object]:

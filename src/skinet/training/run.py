@@ -25,7 +25,12 @@ from lightning.pytorch.loggers import Logger, MLFlowLogger
 from skinet.augment.checks import check_config
 from skinet.config.experiment import RESOLVED_KEY, ExperimentConfig
 from skinet.runtime.allocator import malloc_tuning, untuned_hint
-from skinet.runtime.devices import TrainSettings, config_with_resolved, resolve_train_settings
+from skinet.runtime.devices import (
+    TrainSettings,
+    config_with_resolved,
+    precision_hint,
+    resolve_train_settings,
+)
 from skinet.runtime.rank import is_launch_rank_zero
 from skinet.tracking.mlflow_utils import mark_run_failed, resolve_tracking_uri
 from skinet.tracking.runs import finish_run, set_tags
@@ -151,6 +156,8 @@ def run_training(
     # Bad data, a model too large for the memory and an unreachable tracking server all fail
     # before any run folder or MLflow run is made, so a failed start leaves nothing half-made.
     settings = resolve_train_settings(cfg.train)
+    if is_launch_rank_zero() and (hint := precision_hint(settings)) is not None:
+        log.warning("%s", hint)
     loaders = build_dataloaders(cfg, settings)
     model = build_model(cfg, settings)
     history = EpochMetricsHistory()
