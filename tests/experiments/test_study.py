@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from tests.helpers.sweep_fakes import FakeTrainer, one_epoch
 
 from skinet.config.experiment import parse_config
 from skinet.experiments.grid import GRID_KEY_ATTR
-from skinet.experiments.study import run_sweep
+from skinet.experiments.search_space import build_search_space, grid_points
+from skinet.experiments.storage import build_storage
+from skinet.experiments.study import open_study, run_sweep
 
 WORKER = Path(__file__).parents[1] / "helpers" / "sweep_worker.py"
 
@@ -218,6 +221,47 @@ def test_killed_sweep_resumes_without_rerunning_finished_points(
     assert len(rerun_lrs) == 2 and complete[0].params["lr"] not in rerun_lrs
     assert len(result.completed) == 3
     assert not result.failed and result.finished  # the killed point was retried: it counts once
+
+
+def test_a_point_taken_by_a_worker_killed_before_its_first_heartbeat_is_retried(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    raw = _no_mlflow(tiny_raw, lr=[1e-3, 2e-3])
+    cfg = parse_config(raw)
+    storage = f"sqlite:///{tmp_path / 'orphan.db'}"
+    space = build_search_space(cfg.sweep)
+    study, _ = open_study(
+        cfg, build_storage(storage, 1, 1), "orphan", space, grid_points(space), lambda: None
+    )
+    # What a worker killed right after taking a point leaves: RUNNING, and no heartbeat yet.
+    orphan = study.ask()
+    assert GRID_KEY_ATTR in orphan.user_attrs
+
+    resumed = FakeTrainer()
+    results: list[Any] = []
+
+    def sweep() -> None:
+        results.append(
+            run_sweep(
+                cfg,
+                storage_url=storage,
+                study_name="orphan",
+                heartbeat_interval=1,
+                grace_period=1,
+                poll_s=0.2,
+                run_training_fn=resumed,
+            )
+        )
+
+    thread = threading.Thread(target=sweep, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the sweep waits for ever on a point nobody runs"
+    (result,) = results
+    assert sorted(cfg.train.lr for _, cfg in resumed.calls) == [1e-3, 2e-3]
+    assert len(result.completed) == 2
+    assert not result.failed and result.finished
+    assert len(set(_complete_keys(storage, "orphan"))) == 2
 
 
 def test_grid_plot_keeps_the_matplotlib_style(

@@ -18,7 +18,8 @@ How the grid is run exactly once, across workers and restarts:
   beating; after the grace period Optuna marks it ``FAIL`` and
   ``RetryHeartbeatStaleTrialCallback`` queues a copy with the same parameters, which any
   worker (or the restarted sweep) runs. A worker with nothing left to take waits for running
-  trials to finish or go stale before it leaves.
+  trials to finish or go stale before it leaves; it records one heartbeat for each running
+  trial it waits on, so a trial whose worker died before its first heartbeat goes stale too.
 - A trial that raises is recorded ``FAIL`` with the user attribute ``error`` and the sweep
   goes on (``catch=(Exception,)``).
 """
@@ -201,18 +202,45 @@ def _fail_stale_trials(study: optuna.Study) -> None:
         optuna.storages.fail_stale_trials(study)
 
 
-def work_on_study(study: optuna.Study, objective: Objective, poll_s: float = 2.0) -> int:
-    """Run queued trials until none is waiting or running; returns how many this worker ran."""
+def _start_the_clock_of(
+    storage: optuna.storages.RDBStorage, running: list[optuna.trial.FrozenTrial], seen: set[int]
+) -> None:
+    """Record one heartbeat for each running trial this worker has not seen before.
+
+    A worker killed after taking a trial and before its heartbeat thread first wrote leaves the
+    trial ``RUNNING`` with no heartbeat, and Optuna never counts a trial without one as stale:
+    every worker would wait for it for ever. From this heartbeat on its grace period runs; a
+    live trial's own worker keeps it fresh, a dead one's goes stale and is retried.
+    """
+    for trial in running:
+        if trial._trial_id not in seen:
+            seen.add(trial._trial_id)
+            storage.record_heartbeat(trial._trial_id)
+
+
+def work_on_study(
+    study: optuna.Study,
+    objective: Objective,
+    storage: optuna.storages.RDBStorage,
+    poll_s: float = 2.0,
+) -> int:
+    """Run queued trials until none is waiting or running; returns how many this worker ran.
+
+    ``storage`` is the study's storage, with heartbeats (:func:`build_storage`).
+    """
     ran = 0
+    seen: set[int] = set()
     while True:
         _fail_stale_trials(study)
         if grid_trials(study, TrialState.WAITING):
             study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
             ran += 1
             continue
-        if not grid_trials(study, TrialState.RUNNING):
+        running = grid_trials(study, TrialState.RUNNING)
+        if not running:
             return ran
         # Another worker is busy: wait, so a trial whose worker dies is retried here.
+        _start_the_clock_of(storage, running, seen)
         time.sleep(poll_s)
 
 
@@ -288,7 +316,7 @@ def run_sweep(
     objective = build_objective(
         cfg, search_space, parent_run_id, run_training_fn, trial_overrides(cfg, study_dir)
     )
-    ran = work_on_study(study, objective, poll_s)
+    ran = work_on_study(study, objective, storage, poll_s)
     result = summarize_study(study, storage_url, cfg.sweep.monitor)
     result.parent_run_id = parent_run_id
     log.info(
