@@ -17,8 +17,8 @@ import yaml
 from optuna.trial import TrialState
 from tests.helpers.sweep_fakes import FakeTrainer, one_epoch
 
-from skinet.config.experiment import parse_config
-from skinet.experiments.grid import GRID_KEY_ATTR
+from skinet.config.experiment import ExperimentConfig, parse_config
+from skinet.experiments.grid import GRID_KEY_ATTR, SweepResult
 from skinet.experiments.search_space import build_search_space, grid_points
 from skinet.experiments.storage import build_storage
 from skinet.experiments.study import open_study, run_sweep
@@ -160,6 +160,21 @@ def _worker(config: Path, storage: str, seconds: float) -> subprocess.Popen[str]
     )
 
 
+def _resume(
+    cfg: ExperimentConfig, storage: str, name: str, trainer: FakeTrainer, grace_period: int
+) -> SweepResult:
+    """Join study ``name`` as a restarted worker: 1-s heartbeats, quick polling."""
+    return run_sweep(
+        cfg,
+        storage_url=storage,
+        study_name=name,
+        heartbeat_interval=1,
+        grace_period=grace_period,
+        poll_s=0.2,
+        run_training_fn=trainer,
+    )
+
+
 @pytest.mark.process
 def test_two_workers_share_the_grid(tiny_raw: dict[str, Any], tmp_path: Path) -> None:
     config = tmp_path / "grid.yaml"
@@ -205,15 +220,7 @@ def test_killed_sweep_resumes_without_rerunning_finished_points(
     first = complete[0].user_attrs[GRID_KEY_ATTR]
 
     resumed = FakeTrainer()
-    result = run_sweep(
-        parse_config(raw),
-        storage_url=storage,
-        study_name="workers",
-        heartbeat_interval=1,
-        grace_period=2,
-        poll_s=0.2,
-        run_training_fn=resumed,
-    )
+    result = _resume(parse_config(raw), storage, "workers", resumed, grace_period=2)
     keys = _complete_keys(storage, "workers")
     assert len(keys) == len(set(keys)) == 3
     assert first in keys
@@ -241,17 +248,7 @@ def test_a_point_taken_by_a_worker_killed_before_its_first_heartbeat_is_retried(
     results: list[Any] = []
 
     def sweep() -> None:
-        results.append(
-            run_sweep(
-                cfg,
-                storage_url=storage,
-                study_name="orphan",
-                heartbeat_interval=1,
-                grace_period=1,
-                poll_s=0.2,
-                run_training_fn=resumed,
-            )
-        )
+        results.append(_resume(cfg, storage, "orphan", resumed, grace_period=1))
 
     thread = threading.Thread(target=sweep, daemon=True)
     thread.start()
