@@ -202,7 +202,7 @@ def _fail_stale_trials(study: optuna.Study) -> None:
         optuna.storages.fail_stale_trials(study)
 
 
-def _start_the_clock_of(
+def _record_first_heartbeats(
     storage: optuna.storages.RDBStorage, running: list[optuna.trial.FrozenTrial], seen: set[int]
 ) -> None:
     """Record one heartbeat for each running trial this worker has not seen before.
@@ -240,7 +240,7 @@ def work_on_study(
         if not running:
             return ran
         # Another worker is busy: wait, so a trial whose worker dies is retried here.
-        _start_the_clock_of(storage, running, seen)
+        _record_first_heartbeats(storage, running, seen)
         time.sleep(poll_s)
 
 
