@@ -6,11 +6,17 @@ import logging
 import os
 import subprocess
 import sys
+import time
+from datetime import timedelta
 from pathlib import Path
 
+import lightning as L
 import pytest
+import torch
 import yaml
+from lightning.pytorch.callbacks import Callback, Timer
 from tests.helpers.config import tiny_raw_config
+from torch.utils.data import DataLoader, TensorDataset
 
 from skinet.config.experiment import parse_config
 
@@ -62,3 +68,82 @@ def test_training_redirected_to_a_file_shows_epoch_lines(
     text = log_file.read_text()
     assert done.returncode == 0, text[-2000:]
     assert "epoch 1/2 done: 2 steps" in text and "epoch 2/2 done: 2 steps" in text
+
+
+class _TinySegmenter(L.LightningModule):
+    """One convolution on random tensors: an epoch of four steps, validated; its first step
+    takes ``first_step_s``."""
+
+    def __init__(self, first_step_s: float = 0.0) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 1, 3, padding=1)
+        self.first_step_s = first_step_s
+
+    def _loss(self, batch: list[torch.Tensor]) -> torch.Tensor:
+        images, masks = batch
+        return torch.nn.functional.binary_cross_entropy_with_logits(self.conv(images), masks)
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if self.global_step == 0:
+            time.sleep(self.first_step_s)
+        loss = self._loss(batch)
+        self.log("train_loss", loss, on_epoch=True, on_step=False)
+        return loss
+
+    def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
+        self.log("val_loss", self._loss(batch))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _loader() -> DataLoader:
+    images = torch.randn(8, 3, 8, 8)
+    masks = (torch.rand(8, 1, 8, 8) > 0.5).float()
+    return DataLoader(TensorDataset(images, masks), batch_size=2)
+
+
+class _StopAtStep(Callback):
+    def __init__(self, epoch: int, step: int) -> None:
+        self.epoch, self.step = epoch, step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.current_epoch == self.epoch and args[-1] == self.step - 1:
+            trainer.should_stop = True
+
+
+@pytest.mark.parametrize(
+    ("stop", "expected"),
+    [
+        # A one-second budget, and a first step that takes longer: Lightning's Timer stops there.
+        (
+            Timer(duration=timedelta(seconds=1)),
+            "epoch 1/3 stopped after 1 of 4 steps (max_time reached)",
+        ),
+        (_StopAtStep(epoch=1, step=2), "epoch 2/3 stopped after 2 of 4 steps (training stopped)"),
+    ],
+)
+def test_an_epoch_cut_short_says_so_with_the_steps_it_ran(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, stop: Callback, expected: str
+) -> None:
+    from skinet.training.callbacks.progress_log import ProgressLogCallback
+
+    caplog.set_level(logging.INFO, logger="skinet.progress")
+    trainer = L.Trainer(
+        max_epochs=3,
+        accelerator="cpu",
+        callbacks=[ProgressLogCallback(interval_s=1e9, progress_bar=False), stop],
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(_TinySegmenter(first_step_s=1.2), _loader(), _loader())
+    lines = [r.getMessage() for r in caplog.records if r.name == "skinet.progress"]
+    assert lines[-1].startswith(expected), lines
+    # The cut epoch was validated (Lightning validates an epoch stopped early), and its rate
+    # counts the images of the steps it ran, not of a whole epoch.
+    assert "val_loss " in lines[-1] and "images/s" in lines[-1]
+    assert all(" done: 4 steps, " in line for line in lines[:-1]), lines

@@ -5,6 +5,9 @@ run would print its model summary and then nothing until the end. :class:`Progre
 logs one line per epoch (steps, train loss, the validation metrics, images/s and the time left
 under ``TRAIN_CONFIG.max_time``) and, while an epoch trains, a line at least every
 ``TRAIN_CONFIG.progress_log_interval_sec``. It stays quiet when the progress bar draws.
+
+An epoch cut short (``max_time`` ran out, or a stop was asked for) says so, with the steps it
+ran and its images/s over them (Lightning still validates it).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class ProgressLogCallback(Callback):
         self._epoch_start = 0.0
         self._train_seconds = 0.0
         self._images = 0
+        self._steps = 0
         self._fit_start = 0.0
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -63,7 +67,7 @@ class ProgressLogCallback(Callback):
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_start = time.monotonic()
-        self._train_seconds, self._images = 0.0, 0
+        self._train_seconds, self._images, self._steps = 0.0, 0, 0
 
     def on_train_batch_end(
         self,
@@ -74,6 +78,7 @@ class ProgressLogCallback(Callback):
         batch_idx: int,
     ) -> None:
         self._images += batch_size_of(batch)
+        self._steps += 1
         now = time.monotonic()
         if not self.active or not trainer.is_global_zero or now - self._last_line < self.interval_s:
             return
@@ -102,15 +107,20 @@ class ProgressLogCallback(Callback):
             return
         now = time.monotonic()
         seconds = self._train_seconds or now - self._epoch_start
+        planned = trainer.num_training_batches
+        if trainer.should_stop and _finite(planned) and self._steps < planned:
+            steps = f"stopped after {self._steps} of {int(planned)} steps ({_stop_reason(trainer)})"
+        else:
+            steps = f"done: {self._steps} steps"
         metrics = trainer.callback_metrics
         figures = ", ".join(
             f"{name} {float(metrics[name]):.4f}" for name in EPOCH_METRICS if name in metrics
         )
         log.info(
-            "epoch %d/%d done: %d steps, %s, %.1f images/s, %s elapsed%s",
+            "epoch %d/%d %s, %s, %.1f images/s, %s elapsed%s",
             trainer.current_epoch + 1,
             trainer.max_epochs,
-            trainer.num_training_batches if _finite(trainer.num_training_batches) else 0,
+            steps,
             figures or "no metrics yet",
             self._images / max(seconds, 1e-9),
             _clock(now - self._fit_start),
@@ -127,9 +137,23 @@ def _total(value: Any) -> str:
     return str(int(value)) if _finite(value) else "?"
 
 
+def _timer(trainer: L.Trainer) -> Timer | None:
+    return next((c for c in trainer.callbacks if isinstance(c, Timer)), None)  # type: ignore[attr-defined]
+
+
+def _stop_reason(trainer: L.Trainer) -> str:
+    """Why an epoch ended before its last step: the time budget, or a stop asked for."""
+    timer = _timer(trainer)
+    if timer is not None and timer._duration is not None:
+        remaining = timer.time_remaining()
+        if remaining is not None and remaining <= 0:
+            return "max_time reached"
+    return "training stopped"
+
+
 def _left(trainer: L.Trainer) -> str:
     """``, 0:07:48 left of max_time 0:15:00`` under a time budget, else nothing."""
-    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)  # type: ignore[attr-defined]
+    timer = _timer(trainer)
     if timer is None or timer._duration is None:
         return ""
     remaining = timer.time_remaining()
