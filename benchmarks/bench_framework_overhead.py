@@ -266,9 +266,7 @@ def run_bare(bench: Bench, data: Data) -> Measurement:
         model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
     )
     # The loss the Lightning step trains: its weighting, and deep supervision where it is on.
-    loss_step = config_loss_step(
-        cfg.train.loss_name, cfg.train.bce_weight, cfg.model.deep_supervision
-    )
+    loss_step = config_loss_step(cfg)
     epoch_s, images_seen = [], []
     for _ in range(bench.args.epochs):
         model.train()

@@ -30,7 +30,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from skinet.config.train import LossName
+from skinet.config.experiment import ExperimentConfig
 from skinet.models.layers import InstanceNorm
 from skinet.models.unet2d import UNet2D
 from skinet.runtime.allocator import reexec_with_malloc_env
@@ -77,12 +77,13 @@ def plain_bce(model: nn.Module, images: torch.Tensor, masks: torch.Tensor) -> to
     return nn.functional.binary_cross_entropy_with_logits(model(images), masks)
 
 
-def config_loss_step(loss_name: LossName, bce_weight: float, deep_supervision: int) -> LossStep:
-    """The loss a config trains (``TRAIN_CONFIG.loss_name``, ``bce_weight``,
+def config_loss_step(cfg: ExperimentConfig) -> LossStep:
+    """The loss a config trains (``TRAIN_CONFIG.loss_name``, ``bce_weight``, ``dice_reduction``,
     ``MODEL_CONFIG.deep_supervision``), as the Lightning step computes it."""
     from skinet.metrics.losses import DeepSupervisionLoss, build_loss
 
-    loss_fn = build_loss(loss_name, bce_weight)
+    train, deep_supervision = cfg.train, cfg.model.deep_supervision
+    loss_fn = build_loss(train.loss_name, train.bce_weight, train.dice_reduction)
     if not deep_supervision:
         return lambda model, images, masks: loss_fn(model(images), masks)
     deep_loss = DeepSupervisionLoss(loss_fn, deep_supervision)

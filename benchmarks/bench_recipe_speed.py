@@ -112,9 +112,7 @@ def model_rate(config: Path, overrides: dict[str, Any], steps: int) -> float:
     size, batch = cfg.data.image_size, cfg.train.batch_size
     images = torch.randn(batch, 3, size, size).contiguous(memory_format=memory_format)
     masks = (torch.rand(batch, 1, size, size) > 0.5).float()
-    loss_step = config_loss_step(
-        cfg.train.loss_name, cfg.train.bce_weight, cfg.model.deep_supervision
-    )
+    loss_step = config_loss_step(cfg)
     if cfg.train.precision in BF16_PRECISIONS:
         loss_step = autocast_bf16(loss_step)
     return step_rate(model, images, masks, steps, 2, loss_step)

@@ -110,3 +110,32 @@ def test_bce_weight_weighs_the_terms_of_bce_dice() -> None:
     assert loss.item() == pytest.approx(0.25 * HAND_BCE + 0.75 * HAND_DICE, rel=1e-6)
     only_dice = build_loss("BCE_DICE", bce_weight=0.0)(_tensor(HAND_LOGITS), _tensor(HAND_MASKS))
     assert only_dice.item() == pytest.approx(HAND_DICE, rel=1e-6)
+
+
+def _two_lesions() -> tuple[torch.Tensor, torch.Tensor]:
+    """A large lesion predicted exactly and a one-pixel lesion missed, in one batch."""
+    masks = torch.zeros(2, 1, 2, 2)
+    masks[0] = 1.0
+    masks[1, 0, 0, 0] = 1.0
+    logits = torch.full((2, 1, 2, 2), -30.0)
+    logits[0] = 30.0
+    return logits, masks
+
+
+@pytest.mark.parametrize("name", ["DICE", "BCE_DICE"])
+def test_dice_reduction_image_counts_every_image_once(name: str) -> None:
+    logits, masks = _two_lesions()
+    bce = build_loss("BCE")(logits, masks).item()
+    # batch: (2 * 4 + 1) / (4 + 5 + 1) = 0.9; per image: (9 / 9 + 1 / 2) / 2 = 0.75.
+    batch, image = 1 - 0.9, 1 - 0.75
+    weight = 0.5 if name == "BCE_DICE" else 0.0
+    for reduction, dice in (("batch", batch), ("image", image)):
+        loss = build_loss(name, dice_reduction=reduction)(logits, masks).item()
+        assert loss == pytest.approx(weight * bce + (1 - weight) * dice, rel=1e-5)
+
+
+def test_dice_reductions_agree_on_a_batch_of_one() -> None:
+    logits, masks = _tensor(HAND_LOGITS), _tensor(HAND_MASKS)
+    assert SoftDiceLoss(reduction="image")(logits, masks).item() == pytest.approx(HAND_DICE)
+    with pytest.raises(ValueError, match="reduction must be 'batch' or 'image'"):
+        SoftDiceLoss(reduction="pixel")  # type: ignore[arg-type]

@@ -171,3 +171,18 @@ def test_the_configured_bce_weight_is_the_trained_loss_and_needs_bce_dice(
     config.write_text(yaml.safe_dump(raw))
     assert run_cli(["train", "--config", str(config)]) == 2
     assert "bce_weight: 0.25 weighs the terms of loss_name: BCE_DICE" in caplog.text
+
+
+def test_the_configured_dice_reduction_is_the_trained_loss_and_needs_a_dice_term(
+    tmp_path: Path, synthetic_root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = _deep_raw(tmp_path, synthetic_root)
+    raw["TRAIN_CONFIG"]["dice_reduction"] = "image"
+    model = LightningModel(parse_config(raw).to_yaml_dict())
+    assert model.loss_fn.dice.reduction == "image" and model.deep_loss.loss is model.loss_fn
+    raw["TRAIN_CONFIG"]["loss_name"] = "BCE"
+    config = tmp_path / "bce.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    assert run_cli(["train", "--config", str(config)]) == 2
+    assert "dice_reduction: image reduces the soft Dice term" in caplog.text
+    assert not (tmp_path / "runs").exists()

@@ -29,6 +29,8 @@ Format versions:
 - **5**: the config schema ``CONFIG_SCHEMAS[5]``, which adds ``MODEL_CONFIG.deep_supervision``
   and ``TRAIN_CONFIG.bce_weight``. A format-4 config reads with both at their defaults (no
   auxiliary heads, 0.5).
+- **6**: the config schema ``CONFIG_SCHEMAS[6]``, which adds ``TRAIN_CONFIG.dice_reduction``. A
+  format-5 config reads with it at its default (``batch``, the soft Dice over the whole batch).
 
 A change to what the config accepts (a new field, choice or type) needs a new format version
 with its fingerprint in :data:`CONFIG_SCHEMAS`; ``tests/checkpoints/test_format.py`` fails until
@@ -53,9 +55,9 @@ __all__ = ["DEFAULT_THRESHOLD", "CheckpointError", "CheckpointPayload"]
 
 CHECKPOINT_KEY = "skinet"
 """Key of the checkpoint entry holding the :class:`CheckpointPayload`."""
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 """The format this version of SkiNet writes, and the newest it reads."""
-CONFIG_SCHEMAS = {4: "d8d8b3ad48cf4875", 5: "ea12386e5e8a821f"}
+CONFIG_SCHEMAS = {4: "d8d8b3ad48cf4875", 5: "ea12386e5e8a821f", 6: "64b39b33aa70ab6d"}
 """Fingerprint of the config schema (:func:`skinet.config.schema.config_schema_fingerprint`)
 that each format version writes; formats before 4 did not pin their schema."""
 LEGACY_FORMAT_VERSION = 1

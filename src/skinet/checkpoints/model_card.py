@@ -181,6 +181,8 @@ def _loss_detail(cfg: ExperimentConfig) -> str:
     parts = []
     if cfg.train.loss_name == "BCE_DICE" and cfg.train.bce_weight != 0.5:
         parts.append(f"BCE weight {cfg.train.bce_weight}")
+    if cfg.train.loss_name != "BCE" and cfg.train.dice_reduction == "image":
+        parts.append("soft Dice per image")
     if cfg.model.deep_supervision:
         parts.append(f"deep supervision of {cfg.model.deep_supervision} coarser map(s)")
     return f" ({', '.join(parts)})" if parts else ""

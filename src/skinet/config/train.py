@@ -12,6 +12,7 @@ from skinet.config.base import Section
 
 Accelerator = Literal["auto", "cpu", "gpu", "cuda", "mps"]
 LossName = Literal["BCE", "DICE", "BCE_DICE"]
+DiceReduction = Literal["batch", "image"]
 ThresholdSelection = Literal["pooled_dice", "per_image", "guarded"]
 SchedulerType = Literal["reduce_on_plateau", "cosine_annealing", "cosine_budget"]
 Precision = Literal[
@@ -148,6 +149,10 @@ class TrainConfig(Section):
     """Loss on raw logits; ``BCE_DICE`` weighs both by ``bce_weight``."""
     bce_weight: float = Field(0.5, ge=0.0, le=1.0)
     """Weight of the BCE term of ``BCE_DICE``; the soft Dice term gets ``1 - bce_weight``."""
+    dice_reduction: DiceReduction = "batch"
+    """Soft Dice of ``DICE`` and ``BCE_DICE`` over the pixels of the whole batch (``batch``), or
+    per image and averaged over the batch (``image``: every image counts once, as in the mean
+    per-image score)."""
     optimizer_name: Literal["adam", "adamw"] = "adamw"
     """Optimizer."""
     lr: float = Field(1e-4, gt=0.0)
@@ -272,6 +277,11 @@ class TrainConfig(Section):
             raise ValueError(
                 f"bce_weight: {self.bce_weight} weighs the terms of loss_name: BCE_DICE, but "
                 f"loss_name is {self.loss_name} (set loss_name: BCE_DICE, or drop bce_weight)"
+            )
+        if self.loss_name == "BCE" and self.dice_reduction != "batch":
+            raise ValueError(
+                f"dice_reduction: {self.dice_reduction} reduces the soft Dice term, but loss_name "
+                "is BCE, which has none (set loss_name: DICE or BCE_DICE, or drop dice_reduction)"
             )
         return self
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from skinet.config.train import LossName
+from skinet.config.train import DiceReduction, LossName
 
 
 def _check_shapes(logits: Tensor, masks: Tensor) -> None:
@@ -25,34 +25,43 @@ def _check_shapes(logits: Tensor, masks: Tensor) -> None:
 
 
 class SoftDiceLoss(nn.Module):
-    """Batch-level soft Dice loss on ``sigmoid(logits)``.
+    """Soft Dice loss on ``sigmoid(logits)``, over the batch or per image.
 
-    With ``p = sigmoid(logits)``, ``m = masks`` and sums over every pixel of the whole batch::
+    With ``p = sigmoid(logits)``, ``m = masks`` and sums over every pixel of the whole batch
+    (``reduction="batch"``)::
 
         loss = 1 - (2 * sum(p * m) + smooth) / (sum(p) + sum(m) + smooth)
 
-    Summing over the batch (not averaging per-image Dice) matches the dataset-aggregated Dice
-    that validation reports, and ``smooth`` keeps the loss defined (and 0) when both the masks
-    and the prediction are empty.
+    Summing over the batch matches the dataset-aggregated Dice that validation sweeps; a large
+    lesion then weighs more than a small one. ``reduction="image"`` takes the same ratio over
+    each image's pixels and averages it over the batch, so every image counts once, as in the
+    mean per-image score (MONAI's ``DiceLoss`` default). ``smooth`` keeps the loss defined (and
+    0) when both the masks and the prediction are empty.
 
     Args:
         smooth: Additive smoothing in numerator and denominator; must be positive.
+        reduction: ``"batch"`` or ``"image"`` (``TRAIN_CONFIG.dice_reduction``).
     """
 
-    def __init__(self, smooth: float = 1.0) -> None:
+    def __init__(self, smooth: float = 1.0, reduction: DiceReduction = "batch") -> None:
         super().__init__()
         if not smooth > 0:
             raise ValueError(f"smooth must be > 0, got {smooth}")
+        if reduction not in ("batch", "image"):
+            raise ValueError(f"reduction must be 'batch' or 'image', got {reduction!r}")
         self.smooth = smooth
+        self.reduction = reduction
 
     def forward(self, logits: Tensor, masks: Tensor) -> Tensor:
         _check_shapes(logits, masks)
         # float32 sums: under autocast a half-precision sum over a batch overflows or loses mass.
         probs = torch.sigmoid(logits.float())
         masks = masks.float()
-        intersection = (probs * masks).sum()
-        dice = (2.0 * intersection + self.smooth) / (probs.sum() + masks.sum() + self.smooth)
-        return 1.0 - dice
+        dims = tuple(range(1, probs.ndim)) if self.reduction == "image" else None
+        intersection = (probs * masks).sum(dim=dims)
+        total = probs.sum(dim=dims) + masks.sum(dim=dims)
+        dice = (2.0 * intersection + self.smooth) / (total + self.smooth)
+        return 1.0 - dice.mean()
 
 
 class BCELoss(nn.Module):
@@ -69,15 +78,18 @@ class BCEDiceLoss(nn.Module):
     Args:
         bce_weight: Weight of the BCE term, in ``[0, 1]``.
         smooth: Smoothing of the Dice term (see :class:`SoftDiceLoss`).
+        dice_reduction: The Dice term over the batch or per image (see :class:`SoftDiceLoss`).
     """
 
-    def __init__(self, bce_weight: float = 0.5, smooth: float = 1.0) -> None:
+    def __init__(
+        self, bce_weight: float = 0.5, smooth: float = 1.0, dice_reduction: DiceReduction = "batch"
+    ) -> None:
         super().__init__()
         if not 0.0 <= bce_weight <= 1.0:
             raise ValueError(f"bce_weight must be in [0, 1], got {bce_weight}")
         self.bce_weight = bce_weight
         self.bce = BCELoss()
-        self.dice = SoftDiceLoss(smooth=smooth)
+        self.dice = SoftDiceLoss(smooth=smooth, reduction=dice_reduction)
 
     def forward(self, logits: Tensor, masks: Tensor) -> Tensor:
         bce = self.bce(logits, masks)
@@ -141,12 +153,16 @@ LOSSES: dict[str, type[nn.Module]] = {
 }
 
 
-def build_loss(name: LossName, bce_weight: float = 0.5) -> nn.Module:
+def build_loss(
+    name: LossName, bce_weight: float = 0.5, dice_reduction: DiceReduction = "batch"
+) -> nn.Module:
     """Build the loss named by ``TRAIN_CONFIG.loss_name``.
 
     Args:
         name: One of ``"BCE"``, ``"DICE"``, ``"BCE_DICE"``.
         bce_weight: ``TRAIN_CONFIG.bce_weight``: the BCE term's weight in ``BCE_DICE``.
+        dice_reduction: ``TRAIN_CONFIG.dice_reduction``: the soft Dice term over the batch or
+            per image.
 
     Returns:
         A module mapping ``(logits, masks)`` of shape ``(B, 1, H, W)`` to a scalar loss.
@@ -157,5 +173,7 @@ def build_loss(name: LossName, bce_weight: float = 0.5) -> nn.Module:
     if name not in LOSSES:
         raise ValueError(f"Unknown loss_name {name!r}; allowed: {', '.join(LOSSES)}")
     if name == "BCE_DICE":
-        return BCEDiceLoss(bce_weight=bce_weight)
+        return BCEDiceLoss(bce_weight=bce_weight, dice_reduction=dice_reduction)
+    if name == "DICE":
+        return SoftDiceLoss(reduction=dice_reduction)
     return LOSSES[name]()

@@ -109,7 +109,9 @@ class LightningModel(L.LightningModule):
             if train_cfg.use_torch_compile
             else model
         )
-        self.loss_fn = build_loss(train_cfg.loss_name, train_cfg.bce_weight)
+        self.loss_fn = build_loss(
+            train_cfg.loss_name, train_cfg.bce_weight, train_cfg.dice_reduction
+        )
         # MODEL_CONFIG.deep_supervision: training also scores the coarser decoder maps.
         levels = self.cfg.model.deep_supervision
         self.deep_loss = DeepSupervisionLoss(self.loss_fn, levels) if levels else None

@@ -34,6 +34,7 @@ REFUSED: dict[str, tuple[str, ...] | None] = {
         "optimizer_name",
         "loss_name",
         "bce_weight",
+        "dice_reduction",
         "use_lr_scheduler",
         "scheduler_type",
         "batch_size",
