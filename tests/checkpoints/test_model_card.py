@@ -107,3 +107,17 @@ def test_card_and_metrics_carry_the_best_checkpoints_own_epoch(
     card = (result.run_dir / MODEL_CARD_FILE).read_text()
     assert f"Validation metrics of the best checkpoint (epoch {best}, 0-based)" in card
     assert _card_figures(card)["val_dice"] == round(dice[best], 4)
+
+
+def test_the_card_names_a_loss_that_is_not_the_default(tmp_path: Path) -> None:
+    from tests.helpers.config import tiny_raw_config
+
+    from skinet.checkpoints.model_card import CardInputs, build_model_card
+
+    raw = tiny_raw_config(tmp_path)
+    inputs = CardInputs(run_name="r", metrics={}, monitor="val_dice", split_counts={"train": 1})
+    default = build_model_card(parse_config(raw), inputs)
+    assert "- Loss `BCE_DICE`, optimizer" in default
+    raw["TRAIN_CONFIG"].update(bce_weight=0.25, dice_reduction="image")
+    card = build_model_card(parse_config(raw), inputs)
+    assert "- Loss `BCE_DICE` (BCE weight 0.25, soft Dice per image), optimizer" in card
