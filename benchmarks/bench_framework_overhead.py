@@ -10,7 +10,8 @@ Usage::
 
 Both sides train the same ``UNet2D`` (from ``--config``, else the default config; same seed, so
 the same initial weights) with AdamW (``TRAIN_CONFIG.lr`` / ``weight_decay``) and
-``build_loss(TRAIN_CONFIG.loss_name)``, in the same memory format (``TRAIN_CONFIG.channels_last``
+the config's loss (``bench_norm.config_loss_step``: ``loss_name``, ``bce_weight``,
+``dice_reduction``, deep supervision), in the same memory format (``TRAIN_CONFIG.channels_last``
 as SkiNet resolves it for the model's norm and device, ``uses_channels_last``: with ``null``,
 ``channels_last`` for batch norm on a CPU; checked after every fit), on the *same*
 ``DataLoader`` object (``build_dataloaders`` on a synthetic dataset, RAM cache on, the config's

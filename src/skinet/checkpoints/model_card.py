@@ -177,7 +177,7 @@ def _lineage_lines(init_from: Mapping[str, str | None] | None) -> list[str]:
 
 
 def _loss_detail(cfg: ExperimentConfig) -> str:
-    """The loss weighting and deep supervision, where the loss has them."""
+    """The loss weighting, the Dice reduction and deep supervision, where the loss has them."""
     parts = []
     if cfg.train.loss_name == "BCE_DICE" and cfg.train.bce_weight != 0.5:
         parts.append(f"BCE weight {cfg.train.bce_weight}")
