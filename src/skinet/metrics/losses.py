@@ -7,7 +7,7 @@ needs probabilities (soft Dice), so BCE keeps the numerically stable log-sum-exp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -146,11 +146,15 @@ class DeepSupervisionLoss(nn.Module):
         return self.combine(self.terms(outputs, masks))
 
 
-LOSSES: dict[str, type[nn.Module]] = {
-    "BCE": BCELoss,
-    "DICE": SoftDiceLoss,
-    "BCE_DICE": BCEDiceLoss,
+LOSSES: dict[str, Callable[[float, DiceReduction], nn.Module]] = {
+    "BCE": lambda bce_weight, dice_reduction: BCELoss(),
+    "DICE": lambda bce_weight, dice_reduction: SoftDiceLoss(reduction=dice_reduction),
+    "BCE_DICE": lambda bce_weight, dice_reduction: BCEDiceLoss(
+        bce_weight=bce_weight, dice_reduction=dice_reduction
+    ),
 }
+"""Each ``TRAIN_CONFIG.loss_name`` and how it is built from ``bce_weight`` and
+``dice_reduction`` (a loss ignores what it has no term for)."""
 
 
 def build_loss(
@@ -172,8 +176,4 @@ def build_loss(
     """
     if name not in LOSSES:
         raise ValueError(f"Unknown loss_name {name!r}; allowed: {', '.join(LOSSES)}")
-    if name == "BCE_DICE":
-        return BCEDiceLoss(bce_weight=bce_weight, dice_reduction=dice_reduction)
-    if name == "DICE":
-        return SoftDiceLoss(reduction=dice_reduction)
-    return LOSSES[name]()
+    return LOSSES[name](bce_weight, dice_reduction)

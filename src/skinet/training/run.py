@@ -18,7 +18,6 @@ from typing import Any
 
 import lightning as L
 import yaml
-from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 from lightning.pytorch.loggers import Logger, MLFlowLogger
 
@@ -53,6 +52,7 @@ from skinet.training.records import (
     write_run_records,
 )
 from skinet.training.reproducibility import configure_reproducibility
+from skinet.training.schedules import budget_spent
 from skinet.training.signals import RunInterrupted, stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -331,11 +331,8 @@ def stop_reason(trainer: L.Trainer) -> StopReason:
     The budget comes first: a run whose time ran out may have reached its epochs or its
     patience at the same moment. Early stopping is its own record (``stopping_reason``).
     """
-    callbacks = trainer.callbacks  # type: ignore[attr-defined]
-    for timer in (c for c in callbacks if isinstance(c, Timer)):
-        remaining = timer.time_remaining()
-        if remaining is not None and remaining <= 0:
-            return "max_time"
+    if budget_spent(trainer):
+        return "max_time"
     stopper = trainer.early_stopping_callback
     if stopper is not None and stopper.stopping_reason != EarlyStoppingReason.NOT_STOPPED:
         return "early_stopping"

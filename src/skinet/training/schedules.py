@@ -47,14 +47,26 @@ class BudgetCosineLR(LRScheduler):
         return {key: value for key, value in super().state_dict().items() if key != "progress"}
 
 
+def budget_timer(trainer: L.Trainer) -> Timer | None:
+    """The ``Timer`` that enforces ``TRAIN_CONFIG.max_time``; ``None`` without a time budget."""
+    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)  # type: ignore[attr-defined]
+    return timer if timer is not None and timer.time_remaining() is not None else None
+
+
+def budget_spent(trainer: L.Trainer) -> bool:
+    """Whether the run's ``max_time`` has run out."""
+    timer = budget_timer(trainer)
+    return timer is not None and (timer.time_remaining() or 0.0) <= 0
+
+
 def budget_progress(trainer: L.Trainer) -> Callable[[], float]:
     """The share of ``max_time`` trained so far, from the trainer's ``Timer``.
 
     Raises:
         ValueError: The trainer has no time budget (``max_time`` unset).
     """
-    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)  # type: ignore[attr-defined]
-    if timer is None or timer.time_remaining() is None:
+    timer = budget_timer(trainer)
+    if timer is None:
         raise ValueError(
             "scheduler_type: cosine_budget needs a time budget: set TRAIN_CONFIG.max_time"
         )

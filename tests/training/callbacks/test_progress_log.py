@@ -113,18 +113,27 @@ class _StopAtStep(Callback):
 
 
 @pytest.mark.parametrize(
-    ("stop", "expected"),
+    ("stop", "first_step_s", "expected"),
     [
         # A one-second budget, and a first step that takes longer: Lightning's Timer stops there.
         (
             Timer(duration=timedelta(seconds=1)),
+            1.2,
             "epoch 1/3 stopped after 1 of 4 steps (max_time reached)",
         ),
-        (_StopAtStep(epoch=1, step=2), "epoch 2/3 stopped after 2 of 4 steps (training stopped)"),
+        (
+            _StopAtStep(epoch=1, step=2),
+            0.0,
+            "epoch 2/3 stopped after 2 of 4 steps (training stopped)",
+        ),
     ],
 )
 def test_an_epoch_cut_short_says_so_with_the_steps_it_ran(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, stop: Callback, expected: str
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    stop: Callback,
+    first_step_s: float,
+    expected: str,
 ) -> None:
     from skinet.training.callbacks.progress_log import ProgressLogCallback
 
@@ -140,10 +149,11 @@ def test_an_epoch_cut_short_says_so_with_the_steps_it_ran(
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )
-    trainer.fit(_TinySegmenter(first_step_s=1.2), _loader(), _loader())
+    trainer.fit(_TinySegmenter(first_step_s), _loader(), _loader())
     lines = [r.getMessage() for r in caplog.records if r.name == "skinet.progress"]
     assert lines[-1].startswith(expected), lines
-    # The cut epoch was validated (Lightning validates an epoch stopped early), and its rate
-    # counts the images of the steps it ran, not of a whole epoch.
+    # The cut epoch was validated (Lightning validates an epoch stopped early); the epochs before
+    # it ran whole.
     assert "val_loss " in lines[-1] and "images/s" in lines[-1]
-    assert all(" done: 4 steps, " in line for line in lines[:-1]), lines
+    before = lines[:-1]
+    assert all(line.startswith(f"epoch {n}/3 done: 4 steps, ") for n, line in enumerate(before, 1))

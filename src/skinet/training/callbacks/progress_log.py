@@ -19,10 +19,11 @@ from datetime import timedelta
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback, Timer
+from lightning.pytorch.callbacks import Callback
 
 from skinet.keys import MetricsKey
 from skinet.training.callbacks.throughput import batch_size_of
+from skinet.training.schedules import budget_spent, budget_timer
 
 log = logging.getLogger("skinet.progress")
 
@@ -137,26 +138,15 @@ def _total(value: Any) -> str:
     return str(int(value)) if _finite(value) else "?"
 
 
-def _timer(trainer: L.Trainer) -> Timer | None:
-    return next((c for c in trainer.callbacks if isinstance(c, Timer)), None)  # type: ignore[attr-defined]
-
-
 def _stop_reason(trainer: L.Trainer) -> str:
     """Why an epoch ended before its last step: the time budget, or a stop asked for."""
-    timer = _timer(trainer)
-    if timer is not None and timer._duration is not None:
-        remaining = timer.time_remaining()
-        if remaining is not None and remaining <= 0:
-            return "max_time reached"
-    return "training stopped"
+    return "max_time reached" if budget_spent(trainer) else "training stopped"
 
 
 def _left(trainer: L.Trainer) -> str:
     """``, 0:07:48 left of max_time 0:15:00`` under a time budget, else nothing."""
-    timer = _timer(trainer)
-    if timer is None or timer._duration is None:
+    timer = budget_timer(trainer)
+    if timer is None:
         return ""
-    remaining = timer.time_remaining()
-    if remaining is None:
-        return ""
-    return f", {_clock(remaining)} left of max_time {_clock(timer._duration)}"
+    remaining = timer.time_remaining() or 0.0
+    return f", {_clock(remaining)} left of max_time {_clock(timer.time_elapsed() + remaining)}"
