@@ -110,12 +110,13 @@ def test_cli_train_prints_a_summary(tiny_raw: dict[str, Any], tmp_path: Path, ca
 
 DDP_SCRIPT = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
     import lightning as L
     import torch
     import torch.distributed as dist
     from skinet.config.experiment import parse_config
     from skinet.runtime.devices import resolve_train_settings
+    from skinet.runtime.rank import release_process_group
     from skinet.training.data.loaders import build_dataloaders
     from skinet.training.lightning_model import LightningModel
     from skinet.training.reproducibility import configure_reproducibility
@@ -154,9 +155,14 @@ DDP_SCRIPT = textwrap.dedent(
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         metrics["val_images_seen"] = counter.total(trainer, "val")
         metrics["test_images_seen"] = counter.total(trainer, "test")
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        release_process_group()
     else:
+        rank = int(os.environ.get("LOCAL_RANK", "0"))
         metrics = train_and_evaluate(cfg, visualize=False)
-    if not dist.is_initialized() or dist.get_rank() == 0:
+        # The run closes its process group: a gloo group left open can abort at exit.
+        metrics["process_group_open"] = float(dist.is_initialized())
+    if rank == 0:
         print("METRICS=" + json.dumps(metrics))
     """
 )
@@ -224,6 +230,7 @@ def test_ddp_two_cpu_processes_train_end_to_end(tiny_raw: dict[str, Any], tmp_pa
     raw = _offline(tiny_raw, max_epochs=1, strategy="ddp", devices=2)
     metrics = _run_script(raw, tmp_path, "train")
     assert 0.0 <= metrics["test_dice"] <= 1.0
+    assert metrics["process_group_open"] == 0.0
     assert "val_best_dice_at_threshold" in metrics
 
 

@@ -35,3 +35,18 @@ def launch_rank(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
 def is_launch_rank_zero(environ: Mapping[str, str] | None = None) -> bool:
     """Whether this process is global rank 0 (the one that writes a run's folder)."""
     return launch_rank(environ) == (0, 0)
+
+
+def release_process_group() -> None:
+    """Wait for every rank, then close the process group a distributed run opened.
+
+    Lightning closes only NCCL groups when the process exits. A gloo group (DDP on CPUs) left
+    open can abort the interpreter at exit ("terminate called without an active exception",
+    exit status 134) after a run that succeeded. Closing it also lets a later ``Trainer`` in
+    the same process open a group of its own.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

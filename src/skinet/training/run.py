@@ -30,7 +30,7 @@ from skinet.runtime.devices import (
     precision_hint,
     resolve_train_settings,
 )
-from skinet.runtime.rank import is_launch_rank_zero
+from skinet.runtime.rank import is_launch_rank_zero, release_process_group
 from skinet.tracking.mlflow_utils import mark_run_failed, resolve_tracking_uri
 from skinet.tracking.runs import finish_run, set_tags
 from skinet.training.callbacks.epoch_history import EpochMetricsHistory
@@ -177,7 +177,9 @@ def run_training(
             )
         callbacks.append(ResumeStateCallback(cfg, loaders.train_dataset))
         trainer = build_trainer(cfg, settings, plan.run_dir, loggers, callbacks, deterministic)
-        return fit_and_test(cfg, plan, trainer, model, loaders, history)
+        result = fit_and_test(cfg, plan, trainer, model, loaders, history)
+    release_process_group()
+    return result
 
 
 def check_machine(cfg: ExperimentConfig) -> None:
