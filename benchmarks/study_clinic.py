@@ -50,7 +50,7 @@ import numpy as np
 from skinet.runtime.allocator import MALLOC_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from study_recipe import parse_definitions  # noqa: E402  (the same --define syntax)
+from study_cells import parse_definitions  # noqa: E402  (the same --define syntax)
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE, CALIBRATED = "source", "calibrated"

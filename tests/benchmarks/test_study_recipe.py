@@ -109,7 +109,7 @@ def test_candidates_combine_options_and_reject_unknown_ones(tmp_path: Path) -> N
 
 
 def test_cells_scored_on_fewer_sets_are_marked_and_not_ranked_above_the_others() -> None:
-    study = load_benchmark("study_recipe")
+    study = load_benchmark("study_tables")
 
     def cell(candidate: str, val: float, externals: dict[str, float]) -> dict[str, Any]:
         real = (val + sum(externals.values())) / (1 + len(externals))
