@@ -225,6 +225,22 @@ def test_ddp_metrics_count_each_image_once_on_odd_splits(tmp_path: Path) -> None
         assert ddp[name] == pytest.approx(single[name], abs=1e-6), name
 
 
+def test_a_process_group_the_caller_opened_stays_open(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    import torch.distributed as dist
+
+    store = f"file://{tmp_path / 'store'}"
+    dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+    try:
+        result = run_training(parse_config(_offline(tiny_raw, max_epochs=1)), visualize=False)
+        assert result.best_checkpoint is not None
+        assert dist.is_initialized()  # the caller's group, still usable after the run
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 @pytest.mark.heavy
 def test_ddp_two_cpu_processes_train_end_to_end(tiny_raw: dict[str, Any], tmp_path: Path) -> None:
     raw = _offline(tiny_raw, max_epochs=1, strategy="ddp", devices=2)

@@ -9,7 +9,8 @@ global rank (``RANK``, ``SLURM_PROCID``, ``JSM_NAMESPACE_RANK``).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 """Checked in this order; the first one set gives the rank."""
@@ -38,15 +39,28 @@ def is_launch_rank_zero(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def release_process_group() -> None:
-    """Wait for every rank, then close the process group a distributed run opened.
-
-    Lightning closes only NCCL groups when the process exits. A gloo group (DDP on CPUs) left
-    open can abort the interpreter at exit ("terminate called without an active exception",
-    exit status 134) after a run that succeeded. Closing it also lets a later ``Trainer`` in
-    the same process open a group of its own.
-    """
+    """Wait for every rank, then close the open process group (none open: nothing to do)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+@contextmanager
+def own_process_group() -> Iterator[None]:
+    """Close, when the block ends without an error, a process group opened inside it.
+
+    Lightning's DDP opens the group during ``fit`` and closes only NCCL groups when the process
+    exits. A gloo group (DDP on CPUs) left open can abort the interpreter at exit ("terminate
+    called without an active exception", exit status 134) after a run that succeeded; closed,
+    it also lets a later run in the same process open a group of its own. A group that was open
+    before the block belongs to the caller and stays open. After an error nothing is closed:
+    the barrier could wait for ranks that failed.
+    """
+    import torch.distributed as dist
+
+    opened_before = dist.is_available() and dist.is_initialized()
+    yield
+    if not opened_before:
+        release_process_group()

@@ -30,7 +30,7 @@ from skinet.runtime.devices import (
     precision_hint,
     resolve_train_settings,
 )
-from skinet.runtime.rank import is_launch_rank_zero, release_process_group
+from skinet.runtime.rank import is_launch_rank_zero, own_process_group
 from skinet.tracking.mlflow_utils import mark_run_failed, resolve_tracking_uri
 from skinet.tracking.runs import finish_run, set_tags
 from skinet.training.callbacks.epoch_history import EpochMetricsHistory
@@ -165,7 +165,7 @@ def run_training(
     # From here a stop is recorded: a resumed run's MLflow run is reopened by its logger, and
     # the run folder is written before fit starts.
     loggers: list[Logger] = []
-    with recording_stops(cfg, plan, loggers):
+    with own_process_group(), recording_stops(cfg, plan, loggers):
         made, callbacks = setup_logging_and_callbacks(
             cfg, plan.run_dir, plan.run_name, parent_run_id, plan.mlflow_run_id, tags, history
         )
@@ -177,9 +177,7 @@ def run_training(
             )
         callbacks.append(ResumeStateCallback(cfg, loaders.train_dataset))
         trainer = build_trainer(cfg, settings, plan.run_dir, loggers, callbacks, deterministic)
-        result = fit_and_test(cfg, plan, trainer, model, loaders, history)
-    release_process_group()
-    return result
+        return fit_and_test(cfg, plan, trainer, model, loaders, history)
 
 
 def check_machine(cfg: ExperimentConfig) -> None:
