@@ -8,6 +8,8 @@ Usage::
     python benchmarks/study_clinic.py ... --variants finetune,lr_high,keep_threshold \\
         --define 'patient=TRAIN_CONFIG.early_stopping_config.patience=15'
     python benchmarks/study_clinic.py --output study_clinic --table
+    # the same study from three source models, pooled: each source model is a run of every arm
+    python benchmarks/study_clinic.py --output study_a --table --pool study_b --pool study_c
 
 For each ``--source`` (a labelled folder of one clinic, camera or dermatoscope) the images are
 split once (``--split-seed``): ``--adapt`` of them (default 50) are what a clinic labels to adapt
@@ -28,7 +30,8 @@ the model, the rest are the check set. Every arm is scored on the check set only
 
 The tables compare every arm with ``source``, with ``calibrated`` and with ``finetune`` (the
 shipped config): mean per-image Jaccard and paired bootstrap intervals (``skinet compare``'s
-statistics), per source and over the mean of the sources. Resumable: each arm's per-image
+statistics), per source and over the mean of the sources; pooled studies (``--pool``) resample
+the source models as well, each source model's arms together. Resumable: each arm's per-image
 scores are kept in ``OUTPUT/<source>/<arm>/scores.json`` and a restart skips finished arms.
 """
 
@@ -247,35 +250,53 @@ def source_threshold(checkpoint: Path) -> float:
     return float(load_checkpoint(checkpoint).threshold)
 
 
-def tables(records: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """The arms against ``source`` and against ``calibrated``, per source and over the sources."""
+def tables(studies: Sequence[dict[str, dict[str, dict[str, Any]]]]) -> str:
+    """The arms against ``source``, ``calibrated`` and ``finetune``, per source and over the
+    sources. Several studies (another source model each, the same sources) are pooled: each is
+    a run of every arm, and a run's arms are resampled together (they share the source model)."""
     from skinet.evaluation.compare import compare_scores, comparison_table
 
-    arms = [a for a in next(iter(records.values())) if all(a in r for r in records.values())]
+    sources = [name for name in studies[0] if all(name in study for study in studies)]
+    arms = [
+        arm
+        for arm in studies[0][sources[0]]
+        if all(arm in study[name] for study in studies for name in sources)
+    ]
     out = ["| source | arm | threshold | epochs (best) | check Jaccard |", "|---|---|---|---|---|"]
-    for name, by_arm in records.items():
-        for arm, record in by_arm.items():
-            epochs = record.get("epochs")
-            best = record.get("best_epoch")
-            shown = "" if epochs is None else f"{epochs} ({'' if best is None else int(best)})"
-            threshold = record.get("threshold")
-            mean = float(np.mean(list(record["scores"].values())))
-            out.append(
-                f"| {name} | {arm} | {'' if threshold is None else f'{threshold:.2f}'} | "
-                f"{shown} | {mean:.4f} |"
-            )
+    for name in sources:
+        for arm in arms:
+            records = [study[name][arm] for study in studies]
+            out.append(f"| {name} | {arm} | {_shown(records)} |")
     text = "\n".join(out) + "\n"
+    if len(studies) > 1:
+        text += "\nOne value per study, in the order given.\n"
     # The variants against the shipped fine-tuning too: is any of them a better recipe?
     for reference in (SOURCE, CALIBRATED, SHIPPED):
         if reference not in arms:
             continue
         order = [reference, *(arm for arm in arms if arm != reference)]
         scores = {
-            name: {arm: [by_arm[arm]["scores"]] for arm in order}
-            for name, by_arm in records.items()
+            name: {arm: [study[name][arm]["scores"] for study in studies] for arm in order}
+            for name in sources
         }
-        text += f"\n### Against {reference}\n\n" + comparison_table(compare_scores(scores))
+        comparison = compare_scores(scores, paired_runs=True)
+        text += f"\n### Against {reference}\n\n" + comparison_table(comparison)
     return text
+
+
+def _shown(records: list[dict[str, Any]]) -> str:
+    """``threshold | epochs (best) | check Jaccard`` of an arm, one value per study."""
+
+    def join(values: list[str]) -> str:
+        return " / ".join(values) if any(values) else ""
+
+    thresholds, epochs, means = [], [], []
+    for record in records:
+        threshold, ran, best = (record.get(k) for k in ("threshold", "epochs", "best_epoch"))
+        thresholds.append("" if threshold is None else f"{threshold:.2f}")
+        epochs.append("" if ran is None else f"{ran} ({'' if best is None else int(best)})")
+        means.append(f"{float(np.mean(list(record['scores'].values()))):.4f}")
+    return f"{join(thresholds)} | {join(epochs)} | {join(means)}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -307,7 +328,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--folds", type=int, default=5, help="folds of the kfold variant")
     parser.add_argument("--list", action="store_true", help="list the variants and exit")
     parser.add_argument("--table", action="store_true", help="print the tables and exit")
+    parser.add_argument(
+        "--pool",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="STUDY",
+        help="with --table: pool these studies with --output's (the same sources and arms, "
+        "another source model each); a source model's arms are resampled together",
+    )
     return parser
+
+
+def _read_study(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    path = folder / "results.json"
+    if not path.is_file():
+        raise SystemExit(f"--pool {folder}: no {path.name} (is it a study_clinic.py output?)")
+    return json.loads(path.read_text())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -324,8 +361,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.loads(results_path.read_text()) if results_path.is_file() else {}
     )
     if args.table:
-        print(tables(records))
+        studies = [records, *(_read_study(folder) for folder in args.pool)]
+        print(tables(studies))
         return 0
+    if args.pool:
+        raise SystemExit("--pool pools finished studies: give it with --table")
     if args.checkpoint is None or not args.checkpoint.is_file():
         raise SystemExit(f"--checkpoint must be a checkpoint file, got {args.checkpoint}")
     from skinet.cli.arguments import external_set
@@ -347,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             mean = float(np.mean(list(record["scores"].values())))
             print(f"[done] {source.name}/{arm}: check Jaccard {mean:.4f}", flush=True)
             results_path.write_text(json.dumps(records))
-    text = tables(records)
+    text = tables([records])
     (args.output / "results.md").write_text(text)
     print(text)
     return 0

@@ -59,3 +59,44 @@ def test_the_kfold_arm_scores_the_ensemble_of_its_folds(
         expected = {row["id"]: float(row["jaccard"]) for row in csv.DictReader(rows)}
     assert kfold["scores"] == pytest.approx(expected)
     assert "| tiny | kfold |" in (out / "results.md").read_text()
+
+
+def _study(folder: Path, source_level: float) -> Path:
+    """A finished study on one source: fine-tuning adds 0.02 to every check image."""
+    images = [f"img{k}" for k in range(30)]
+    source = {image: source_level + 0.005 * (k % 7) for k, image in enumerate(images)}
+    arms = {
+        "source": {"threshold": 0.5, "scores": source},
+        "calibrated": {"threshold": 0.4, "scores": {i: v - 0.01 for i, v in source.items()}},
+        "finetune": {
+            "threshold": 0.6,
+            "epochs": 12,
+            "best_epoch": 3,
+            "scores": {i: v + 0.02 for i, v in source.items()},
+        },  # fmt: skip
+    }
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps({"clinic": arms}))
+    return folder
+
+
+def test_pooled_tables_pair_the_arms_of_each_source_model(tmp_path: Path, capsys) -> None:
+    study = load_benchmark("study_clinic")
+    studies = [_study(tmp_path / f"model{k}", level) for k, level in enumerate((0.7, 0.8, 0.9))]
+    argv = ["--output", str(studies[0]), "--table"]
+    assert study.main([*argv, "--pool", str(studies[1]), "--pool", str(studies[2])]) == 0
+    text = capsys.readouterr().out
+    assert "| clinic | finetune | 0.60 / 0.60 / 0.60 | 12 (3) / 12 (3) / 12 (3) |" in text
+    # The source models lie 0.1 apart; paired, the gain of fine-tuning is 0.02 in every draw.
+    assert "| clinic | finetune | 3 | 30 |" in text
+    assert "+0.0200 [+0.0200, +0.0200] | 100% | better |" in text
+    assert "run i of every model together" in text
+
+
+def test_pool_needs_table_and_finished_studies(tmp_path: Path) -> None:
+    study = load_benchmark("study_clinic")
+    done = _study(tmp_path / "done", 0.8)
+    with pytest.raises(SystemExit, match="give it with --table"):
+        study.main(["--output", str(done), "--pool", str(done)])
+    with pytest.raises(SystemExit, match="no results.json"):
+        study.main(["--output", str(done), "--table", "--pool", str(tmp_path / "missing")])

@@ -185,6 +185,11 @@ def _compare_one_model(s: Setup) -> list[str]:
     return ["compare", str(s.data), "--external", f"a={s.data}:{s.data}"]
 
 
+def _compare_paired_runs_unequal(s: Setup) -> list[str]:
+    runs = f"A={s.data},{s.data}"
+    return ["compare", runs, f"B={s.data}", "--paired-runs", "--external", f"a={s.data}:{s.data}"]
+
+
 def _save_calibrated_exists(s: Setup) -> list[str]:
     (s.tmp / "clinic.ckpt").write_bytes(b"mine")
     argv = ["evaluate", "--checkpoint", "x.ckpt", "--split", "val", "--tune-threshold"]
@@ -384,6 +389,9 @@ CASES: dict[str, Case] = {
         _budget_schedule_without_budget, 2, "cosine_budget anneals over the time budget"
     ),
     "compare-one-model": Case(_compare_one_model, 2, "compare needs two models or more"),
+    "compare-paired-runs-unequal": Case(
+        _compare_paired_runs_unequal, 2, "--paired-runs needs as many runs of every model"
+    ),
     "save-calibrated-exists": Case(_save_calibrated_exists, 2, "already exist(s)", _kept),
     "external-named-like-a-report": Case(
         _external_named_like_a_report,

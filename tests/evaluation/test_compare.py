@@ -102,6 +102,45 @@ def test_seeds_widen_the_interval() -> None:
     assert wide.difference == pytest.approx(0.025)
 
 
+def test_paired_runs_keep_the_spread_between_pairs_out_of_the_interval(tmp_path: Path) -> None:
+    # Three source models 0.10 apart; fine-tuning each adds 0.02 to every image. Resampled on
+    # their own, the runs hold 0 in the interval; resampled as pairs, the difference is 0.02.
+    images, masks = _labelled(tmp_path)
+    sources, tuned = [], []
+    for run, base in enumerate((0, 10, 20)):
+        sources.append(_predictions(tmp_path / f"source{run}", [base + 2] * IMAGES))
+        tuned.append(_predictions(tmp_path / f"tuned{run}", [base] * IMAGES))
+    runs = {"source": ",".join(map(str, sources)), "tuned": ",".join(map(str, tuned))}
+    argv = ["compare", f"source={runs['source']}", f"tuned={runs['tuned']}",
+            "--external", f"clinic={images}:{masks}", "--draws", "2000"]  # fmt: skip
+    assert main([*argv, "-o", str(tmp_path / "apart")]) == 0
+    apart = _rows(tmp_path / "apart")["tuned"]
+    assert apart["low"] < 0 < apart["high"] and apart["verdict"] == "no difference"
+    assert main([*argv, "--paired-runs", "-o", str(tmp_path / "paired")]) == 0
+    paired = _rows(tmp_path / "paired")["tuned"]
+    assert paired["difference"] == pytest.approx(0.02)
+    assert paired["low"] == pytest.approx(0.02) and paired["high"] == pytest.approx(0.02)
+    assert paired["verdict"] == "better"
+    summary = json.loads((tmp_path / "paired" / "comparison.json").read_text())
+    assert summary["paired_runs"] is True
+    assert "run i of every model together" in (tmp_path / "paired" / "comparison.md").read_text()
+
+
+def test_paired_runs_need_as_many_runs_of_every_model(tmp_path: Path, capsys) -> None:
+    images, masks = _labelled(tmp_path)
+    a = _predictions(tmp_path / "a", [0] * IMAGES)
+    b = _predictions(tmp_path / "b", [5] * IMAGES)
+    code = main(["compare", f"A={a},{a}", f"B={b}", "--paired-runs", "--external",
+                 f"s={images}:{masks}", "-o", str(tmp_path / "out")])  # fmt: skip
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "--paired-runs needs as many runs" in captured.out + captured.err
+    assert "scoring" not in captured.out + captured.err  # refused before any work
+    with pytest.raises(ValueError, match="paired runs need as many runs"):
+        compare_scores({"s": {"A": [{"x": 1.0}] * 2, "B": [{"x": 1.0}]}}, paired_runs=True)
+    assert not (tmp_path / "out" / "comparison.md").exists()
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -65,6 +65,9 @@ def run_compare(args: argparse.Namespace) -> int:
         raise UsageError("compare needs two models or more: give a reference, then the others")
     if len(set(names)) != len(names):
         raise UsageError(f"model names must differ, got {names}: name them with NAME=PATH")
+    counts = {spec.name: len(spec.paths) for spec in args.models}
+    if args.paired_runs and len(set(counts.values())) > 1:
+        raise UsageError(f"--paired-runs needs as many runs of every model, got {counts}")
     if args.split == "none" and not args.external:
         raise UsageError("nothing to score: give --split (of --data-dir) and/or --external")
     check_output_folder(args.output)
@@ -81,7 +84,9 @@ def run_compare(args: argparse.Namespace) -> int:
                 run_scores = _score(path, predictor, set_name, samples)
                 scores[set_name].setdefault(spec.name, []).append(run_scores)
     try:
-        comparison = compare_scores(scores, args.draws, args.confidence, args.seed)
+        comparison = compare_scores(
+            scores, args.draws, args.confidence, args.seed, paired_runs=args.paired_runs
+        )
     except ValueError as error:
         raise UsageError(str(error)) from None
     paths = write_comparison(comparison, scores, args.output)
@@ -184,5 +189,11 @@ def add_compare_subcommand(subparsers: Any) -> None:
         "--confidence", type=probability, default=0.95, help="interval coverage (default 0.95)"
     )
     compare.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
+    compare.add_argument(
+        "--paired-runs",
+        action="store_true",
+        help="resample run i of every model together: the runs belong together (fine-tuned "
+        "from the same source models, in the same order); every model needs as many runs",
+    )
     add_model_options(compare)
     compare.set_defaults(func=run_compare)

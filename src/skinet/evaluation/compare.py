@@ -4,7 +4,10 @@ Every model is scored on the same labelled images; the difference of two models 
 their per-image differences, and its 95% interval comes from a bootstrap that resamples images
 (the same draw for both models: the comparison is paired). A model trained several times (seeds)
 is the mean of its runs per image, and the bootstrap resamples its runs as well, so the interval
-holds the spread between seeds too. A difference whose interval holds 0 is no difference.
+holds the spread between seeds too. Runs that belong together across models (run i of every
+model fine-tuned from the same source model, or trained on the same fold) can be resampled
+together (``paired_runs``): the interval then holds how the difference varies from pair to pair,
+not how far apart the pairs are. A difference whose interval holds 0 is no difference.
 
 :func:`compare_scores` does the statistics on per-image scores from anywhere;
 :func:`score_checkpoint` and :func:`score_predictions` make those scores from a checkpoint or
@@ -74,6 +77,8 @@ class Comparison:
     seed: int
     dropped: dict[str, int]
     """Images left out of a set because not every run scored them, by set."""
+    paired_runs: bool = False
+    """Whether run i of every model was resampled together."""
 
     @property
     def models(self) -> list[str]:
@@ -85,6 +90,7 @@ def compare_scores(
     draws: int = DEFAULT_DRAWS,
     confidence: float = 0.95,
     seed: int = 0,
+    paired_runs: bool = False,
 ) -> Comparison:
     """Compare every model with the first, set by set and over the mean of the sets.
 
@@ -94,10 +100,13 @@ def compare_scores(
         draws: Bootstrap resamples.
         confidence: Coverage of the interval (percentile bootstrap).
         seed: Seed of the resampling: the same inputs give the same table.
+        paired_runs: Resample run i of every model together (one draw of runs for all
+            models), for runs that belong together, such as fine-tuning runs from the same
+            source models in the same order. Every model needs the same number of runs.
 
     Raises:
         ValueError: No set, fewer than two models, sets that hold other models or run counts,
-            or a set where no image was scored by every run.
+            paired runs of unequal counts, or a set where no image was scored by every run.
     """
     if not scores:
         raise ValueError("nothing to compare: give at least one labelled set")
@@ -109,8 +118,14 @@ def compare_scores(
         shape = {name: len(model_runs) for name, model_runs in by_model.items()}
         if shape != runs or list(by_model) != models:
             raise ValueError(f"set {set_name!r} has runs {shape}, the first set {runs}")
+    if paired_runs and len(set(runs.values())) > 1:
+        raise ValueError(f"paired runs need as many runs of every model, got {runs}")
     rng = np.random.default_rng(seed)
-    weights = [_run_weights(rng, runs[name], draws) for name in models]  # shared by the sets
+    if paired_runs:
+        weights = [_run_weights(rng, runs[models[0]], draws)] * len(models)
+    else:
+        weights = [_run_weights(rng, runs[name], draws) for name in models]
+    # One draw of runs serves every set: the sets' mean resamples the same runs.
     rows: list[Row] = []
     dropped: dict[str, int] = {}
     boots, observed_means = [], []
@@ -127,7 +142,7 @@ def compare_scores(
         images = sum(row.images for row in rows if row.model == models[0])
         observed, boot = np.mean(observed_means, axis=0), np.mean(boots, axis=0)
         rows += _rows(ALL_SETS, models, runs, images, observed, boot, None, confidence)
-    return Comparison(rows, confidence, draws, seed, dropped)
+    return Comparison(rows, confidence, draws, seed, dropped, paired_runs)
 
 
 def _run_weights(rng: np.random.Generator, runs: int, draws: int) -> np.ndarray:
@@ -247,6 +262,7 @@ def comparison_table(comparison: Comparison) -> str:
     """The comparison as a Markdown table, with a line on how to read it."""
     reference = comparison.models[0]
     percent = f"{comparison.confidence:.0%}"
+    runs = "the runs, run i of every model together" if comparison.paired_runs else "the runs"
     lines = [
         f"| set | model | runs | images | mean Jaccard | Δ vs {reference} [{percent} interval] "
         "| better on | verdict |",
@@ -267,7 +283,7 @@ def comparison_table(comparison: Comparison) -> str:
         "",
         f"Mean per-image Jaccard. Δ: the mean of the per-image differences to {reference}, with "
         f"a {percent} paired bootstrap interval ({comparison.draws} draws, seed "
-        f"{comparison.seed}) that resamples the images and, for several runs, the runs; a Δ "
+        f"{comparison.seed}) that resamples the images and, for several runs, {runs}; a Δ "
         "whose interval holds 0 is no difference. Better on: share of images with a higher "
         f"Jaccard than {reference}. '{ALL_SETS}': every set weighs the same.",
     ]
@@ -290,6 +306,7 @@ def write_comparison(
         "draws": comparison.draws,
         "seed": comparison.seed,
         "dropped": comparison.dropped,
+        "paired_runs": comparison.paired_runs,
         "rows": [{**asdict(row), "verdict": row.verdict} for row in comparison.rows],
     }
     _write_atomic(paths["table"], comparison_table(comparison))
