@@ -61,7 +61,10 @@ def test_the_budget_schedule_reaches_its_minimum_when_max_time_ends(
     assert len(logged) > 3  # logged every step (log_every_n_steps: 1), not per epoch
     assert logged[0] == pytest.approx(lr, rel=0.05)
     assert all(later <= earlier for earlier, later in zip(logged, logged[1:], strict=False))
-    assert logged[-1] < eta_min + 0.05 * (lr - eta_min)  # the last batch trained near the end
+    # Past the middle of the cosine by the last logged step: how near the end that step began
+    # depends on how long a step takes on a busy machine, so the end is checked on the rate the
+    # schedule set last (below), not on the last logged one.
+    assert logged[-1] < eta_min + 0.5 * (lr - eta_min)
     last = torch.load(
         result.run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False
     )
