@@ -294,7 +294,7 @@ def _shown(records: list[dict[str, Any]]) -> str:
     for record in records:
         threshold, ran, best = (record.get(k) for k in ("threshold", "epochs", "best_epoch"))
         thresholds.append("" if threshold is None else f"{threshold:.2f}")
-        epochs.append("" if ran is None else f"{ran} ({'' if best is None else int(best)})")
+        epochs.append("" if ran is None else f"{ran}" + ("" if best is None else f" ({int(best)})"))
         means.append(f"{float(np.mean(list(record['scores'].values()))):.4f}")
     return f"{join(thresholds)} | {join(epochs)} | {join(means)}"
 
