@@ -167,3 +167,23 @@ def test_model_arguments_with_equals_signs_in_checkpoint_names(tmp_path: Path) -
     assert model_spec(str(ckpt)).paths == (ckpt,) and model_spec(str(ckpt)).name == "run"
     named = model_spec(f"ema={ckpt},{ckpt}")
     assert named.name == "ema" and named.paths == (ckpt, ckpt)
+
+
+def test_a_cv_folder_is_compared_as_the_ensemble_of_its_folds(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    # Two folds of one model: the ensemble's probabilities and threshold are the model's own.
+    cv_dir = tmp_path / "cv_tiny_k2"
+    (cv_dir / "results").mkdir(parents=True)
+    for fold in (1, 2):
+        record = {"fold": fold, "best_checkpoint": str(trained_checkpoint)}
+        (cv_dir / "results" / f"fold_{fold}.json").write_text(json.dumps(record))
+    output = tmp_path / "out"
+    assert main(["compare", f"single={trained_checkpoint}", f"folds={cv_dir}", "--split", "test",
+                 "-o", str(output), "--draws", "200"]) == 0  # fmt: skip
+    row = _rows(output)["folds"]
+    assert row["images"] >= 1 and row["difference"] == 0.0 and row["verdict"] == "no difference"
+    # The split is the folds' config's, as for a checkpoint given first.
+    assert main(["compare", f"folds={cv_dir}", f"single={trained_checkpoint}", "--split", "test",
+                 "-o", str(tmp_path / "first"), "--draws", "200"]) == 0  # fmt: skip
+    assert _rows(tmp_path / "first")["single"]["images"] == row["images"]

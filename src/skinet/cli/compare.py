@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skinet.checkpoints.cv_folder import CV_RESULTS_DIR
 from skinet.cli.arguments import (
     add_data_dir_options,
     check_output_folder,
@@ -75,8 +76,8 @@ def run_compare(args: argparse.Namespace) -> int:
     scores: dict[str, dict[str, list[dict[str, float]]]] = {name: {} for name in sets}
     for spec in args.models:
         for path in spec.paths:
-            # A checkpoint is loaded once and scored on every set.
-            predictor = None if path.is_dir() else _predictor(path, args)
+            # A checkpoint (or a cv folder's ensemble) is loaded once and scored on every set.
+            predictor = None if _is_prediction_folder(path) else _predictor(path, args)
             for set_name, samples in sets.items():
                 log.info(
                     "%s: scoring %s on %s (%d images)", spec.name, path, set_name, len(samples)
@@ -116,17 +117,23 @@ def _split_config(args: argparse.Namespace) -> Any:
     """The config whose layout and split seed select ``--split``: the first checkpoint's."""
     from skinet.checkpoints.read import load_checkpoint
     from skinet.config.experiment import parse_config
+    from skinet.inference.ensemble import resolve_checkpoints
 
     for spec in args.models:
         for path in spec.paths:
-            if path.is_file():
-                return load_checkpoint(path).config
+            if not _is_prediction_folder(path):
+                return load_checkpoint(resolve_checkpoints([path])[0]).config
     if args.data is None or args.dataset is None:
         raise UsageError(
             "--split of prediction folders needs --data-dir and --dataset (no checkpoint "
             "says where the images are)"
         )
     return parse_config({})
+
+
+def _is_prediction_folder(path: Path) -> bool:
+    """A folder of predicted masks; not a checkpoint file nor a ``skinet cv`` folder."""
+    return path.is_dir() and not (path / CV_RESULTS_DIR).is_dir()
 
 
 def _predictor(path: Path, args: argparse.Namespace) -> Any:
@@ -152,17 +159,18 @@ def add_compare_subcommand(subparsers: Any) -> None:
         help="is B better than A? per-image Jaccard differences with paired bootstrap intervals",
         description="Score two or more models on the same labelled images and print, per set, "
         "each model's mean per-image Jaccard and its difference to the first model with a "
-        "paired bootstrap interval. A model is a checkpoint, a folder of predicted masks, or "
-        "several of either (seeds: NAME=RUN1,RUN2), whose runs are resampled too.",
+        "paired bootstrap interval. A model is a checkpoint, a `skinet cv` folder (the "
+        "ensemble of its folds), a folder of predicted masks, or several of them (seeds: "
+        "NAME=RUN1,RUN2), whose runs are resampled too.",
     )
     compare.add_argument(
         "models",
         nargs="+",
         type=model_spec,
         metavar="[NAME=]PATH[,PATH...]",
-        help="the reference model first; PATH is a checkpoint or a folder of predicted masks "
-        "(with a subfolder per set, or one set's masks); several comma-separated PATHs are "
-        "runs of one model",
+        help="the reference model first; PATH is a checkpoint, a `skinet cv` folder (its "
+        "folds' ensemble) or a folder of predicted masks (with a subfolder per set, or one "
+        "set's masks); several comma-separated PATHs are runs of one model",
     )
     compare.add_argument(
         "--external",
