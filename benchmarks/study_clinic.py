@@ -252,36 +252,77 @@ def source_threshold(checkpoint: Path) -> float:
 
 def tables(studies: Sequence[dict[str, dict[str, dict[str, Any]]]]) -> str:
     """The arms against ``source``, ``calibrated`` and ``finetune``, per source and over the
-    sources. Several studies (another source model each, the same sources) are pooled: each is
-    a run of every arm, and a run's arms are resampled together (they share the source model)."""
+    sources. Several studies (another source model each, the same sources) are pooled: each
+    source model is a run of every arm, and a run's arms are resampled together. Studies of one
+    source model (the same ``source`` scores: another fine-tuning seed) are averaged per image
+    into one run, so that no source model counts twice.
+
+    Raises:
+        ValueError: The studies share no source, or no arm.
+    """
     from skinet.evaluation.compare import compare_scores, comparison_table
 
     sources = [name for name in studies[0] if all(name in study for study in studies)]
+    if not sources:
+        raise ValueError("the studies share no source: pool studies of the same sources")
     arms = [
         arm
         for arm in studies[0][sources[0]]
         if all(arm in study[name] for study in studies for name in sources)
     ]
+    left_out = sorted(
+        {f"{name}/{arm}" for study in studies for name in study for arm in study[name]}
+        - {f"{name}/{arm}" for name in sources for arm in arms}
+    )
     out = ["| source | arm | threshold | epochs (best) | check Jaccard |", "|---|---|---|---|---|"]
     for name in sources:
         for arm in arms:
             records = [study[name][arm] for study in studies]
             out.append(f"| {name} | {arm} | {_shown(records)} |")
     text = "\n".join(out) + "\n"
+    runs = _by_source_model(studies, sources, arms)
     if len(studies) > 1:
-        text += "\nOne value per study, in the order given.\n"
+        text += (
+            f"\nOne value per study, in the order given; {len(studies)} studies of {len(runs)} "
+            "source model(s), each source model one run below (its studies averaged per image).\n"
+        )
+    if left_out:
+        text += f"\nLeft out, not in every study: {', '.join(left_out)}.\n"
     # The variants against the shipped fine-tuning too: is any of them a better recipe?
     for reference in (SOURCE, CALIBRATED, SHIPPED):
         if reference not in arms:
             continue
         order = [reference, *(arm for arm in arms if arm != reference)]
         scores = {
-            name: {arm: [study[name][arm]["scores"] for study in studies] for arm in order}
-            for name in sources
+            name: {arm: [run[name][arm] for run in runs] for arm in order} for name in sources
         }
-        comparison = compare_scores(scores, paired_runs=True)
+        comparison = compare_scores(scores, paired_runs=len(runs) > 1)
         text += f"\n### Against {reference}\n\n" + comparison_table(comparison)
     return text
+
+
+def _by_source_model(
+    studies: Sequence[dict[str, dict[str, dict[str, Any]]]], sources: list[str], arms: list[str]
+) -> list[dict[str, dict[str, dict[str, float]]]]:
+    """Per source model, ``{source: {arm: per-image scores}}``, averaged over its studies."""
+    groups: dict[str, list[dict[str, dict[str, dict[str, Any]]]]] = {}
+    for study in studies:
+        if SOURCE in arms:
+            key = json.dumps([study[name][SOURCE]["scores"] for name in sources], sort_keys=True)
+        else:
+            key = str(len(groups))  # nothing says which source model it is: its own run
+        groups.setdefault(key, []).append(study)
+    runs = []
+    for group in groups.values():
+        run: dict[str, dict[str, dict[str, float]]] = {}
+        for name in sources:
+            for arm in arms:
+                scores = [study[name][arm]["scores"] for study in group]
+                common = set(scores[0]).intersection(*scores[1:])
+                averaged = {i: float(np.mean([s[i] for s in scores])) for i in sorted(common)}
+                run.setdefault(name, {})[arm] = averaged
+        runs.append(run)
+    return runs
 
 
 def _shown(records: list[dict[str, Any]]) -> str:
@@ -340,15 +381,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _read_study(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
+def _read_study(parser: argparse.ArgumentParser, option: str, folder: Path) -> dict[str, Any]:
     path = folder / "results.json"
     if not path.is_file():
-        raise SystemExit(f"--pool {folder}: no {path.name} (is it a study_clinic.py output?)")
+        parser.error(f"{option} {folder}: no {path.name} (is it a study_clinic.py output?)")
     return json.loads(path.read_text())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     options = {**VARIANTS, **parse_definitions(args.define)}
     if args.list:
         for name, overrides in options.items():
@@ -361,11 +403,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.loads(results_path.read_text()) if results_path.is_file() else {}
     )
     if args.table:
-        studies = [records, *(_read_study(folder) for folder in args.pool)]
-        print(tables(studies))
+        studies = [_read_study(parser, "--output", args.output)]
+        studies += [_read_study(parser, "--pool", folder) for folder in args.pool]
+        try:
+            print(tables(studies))
+        except ValueError as error:
+            parser.error(str(error))
         return 0
     if args.pool:
-        raise SystemExit("--pool pools finished studies: give it with --table")
+        parser.error("--pool pools finished studies: give it with --table")
     if args.checkpoint is None or not args.checkpoint.is_file():
         raise SystemExit(f"--checkpoint must be a checkpoint file, got {args.checkpoint}")
     from skinet.cli.arguments import external_set

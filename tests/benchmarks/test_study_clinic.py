@@ -61,8 +61,8 @@ def test_the_kfold_arm_scores_the_ensemble_of_its_folds(
     assert "| tiny | kfold |" in (out / "results.md").read_text()
 
 
-def _study(folder: Path, source_level: float) -> Path:
-    """A finished study on one source: fine-tuning adds 0.02 to every check image."""
+def _study(folder: Path, source_level: float, gain: float = 0.02) -> Path:
+    """A finished study on one source: fine-tuning adds ``gain`` to every check image."""
     images = [f"img{k}" for k in range(30)]
     source = {image: source_level + 0.005 * (k % 7) for k, image in enumerate(images)}
     arms = {
@@ -72,7 +72,7 @@ def _study(folder: Path, source_level: float) -> Path:
             "threshold": 0.6,
             "epochs": 12,
             "best_epoch": 3,
-            "scores": {i: v + 0.02 for i, v in source.items()},
+            "scores": {i: v + gain for i, v in source.items()},
         },  # fmt: skip
     }
     folder.mkdir()
@@ -80,11 +80,14 @@ def _study(folder: Path, source_level: float) -> Path:
     return folder
 
 
+def _pooled(study, first: Path, *others: Path) -> int:
+    return study.main(["--output", str(first), "--table", *(f"--pool={o}" for o in others)])
+
+
 def test_pooled_tables_pair_the_arms_of_each_source_model(tmp_path: Path, capsys) -> None:
     study = load_benchmark("study_clinic")
     studies = [_study(tmp_path / f"model{k}", level) for k, level in enumerate((0.7, 0.8, 0.9))]
-    argv = ["--output", str(studies[0]), "--table"]
-    assert study.main([*argv, "--pool", str(studies[1]), "--pool", str(studies[2])]) == 0
+    assert _pooled(study, *studies) == 0
     text = capsys.readouterr().out
     assert "| clinic | finetune | 0.60 / 0.60 / 0.60 | 12 (3) / 12 (3) / 12 (3) |" in text
     # The source models lie 0.1 apart; paired, the gain of fine-tuning is 0.02 in every draw.
@@ -93,10 +96,35 @@ def test_pooled_tables_pair_the_arms_of_each_source_model(tmp_path: Path, capsys
     assert "run i of every model together" in text
 
 
-def test_pool_needs_table_and_finished_studies(tmp_path: Path) -> None:
+def test_a_second_seed_of_a_source_model_is_averaged_into_its_run(tmp_path: Path, capsys) -> None:
+    # Two fine-tuning seeds of the first source model (gains 0.01 and 0.03): one run of 0.02.
+    study = load_benchmark("study_clinic")
+    first = _study(tmp_path / "a_seed42", 0.7, gain=0.01)
+    again = _study(tmp_path / "a_seed43", 0.7, gain=0.03)
+    other = _study(tmp_path / "b_seed42", 0.8, gain=0.02)
+    assert _pooled(study, first, other, again) == 0
+    text = capsys.readouterr().out
+    assert "3 studies of 2 source model(s)" in text
+    assert "| clinic | finetune | 2 | 30 |" in text
+    assert "+0.0200 [+0.0200, +0.0200] | 100% | better |" in text
+
+
+def test_pool_needs_table_and_finished_studies(tmp_path: Path, capsys) -> None:
     study = load_benchmark("study_clinic")
     done = _study(tmp_path / "done", 0.8)
-    with pytest.raises(SystemExit, match="give it with --table"):
-        study.main(["--output", str(done), "--pool", str(done)])
-    with pytest.raises(SystemExit, match="no results.json"):
-        study.main(["--output", str(done), "--table", "--pool", str(tmp_path / "missing")])
+    cases = [
+        (["--output", str(done), "--pool", str(done)], "give it with --table"),
+        (["--output", str(done), "--table", "--pool", str(tmp_path / "missing")], "no results"),
+        (["--output", str(tmp_path / "missing"), "--table"], "--output"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as exited:
+            study.main(argv)
+        assert exited.value.code == 2
+        assert message in capsys.readouterr().err
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "results.json").write_text(json.dumps({"other": {}}))
+    with pytest.raises(SystemExit):
+        _pooled(study, done, elsewhere)
+    assert "the studies share no source" in capsys.readouterr().err

@@ -280,6 +280,20 @@ def _ensemble_test_leaked(s: Setup) -> list[str]:
     ]
 
 
+def _compare_cv_folder_leaked(s: Setup) -> list[str]:
+    """The two runs above as the folds of a cv folder, compared on the first one's test split."""
+    import json
+
+    members = _ensemble_test_leaked(s)[2:4]
+    cv_dir = s.tmp / "cv_tiny_k2"
+    (cv_dir / "results").mkdir(parents=True)
+    for fold, member in enumerate(members, start=1):
+        record = {"fold": fold, "best_checkpoint": member}
+        (cv_dir / "results" / f"fold_{fold}.json").write_text(json.dumps(record))
+    return ["compare", f"one={members[0]}", f"folds={cv_dir}", "--split", "test",
+            "--output", str(s.tmp / "report")]  # fmt: skip
+
+
 def _cv_rerun_config_changed(s: Setup) -> list[str]:
     """A cv folder whose first fold finished with lr 0.001, as ``skinet cv`` records it."""
     import json
@@ -409,6 +423,9 @@ CASES: dict[str, Case] = {
     ),
     "ensemble-test-leaked": Case(
         _ensemble_test_leaked, 2, "--split test of this ensemble is leaked", _nothing_written
+    ),
+    "compare-cv-folder-leaked": Case(
+        _compare_cv_folder_leaked, 2, "--split test of this ensemble is leaked", _nothing_written
     ),
     "cv-rerun-config-changed": Case(
         _cv_rerun_config_changed, 2, "this config changes TRAIN_CONFIG.lr: 0.001 -> 0.05"

@@ -172,18 +172,27 @@ def test_model_arguments_with_equals_signs_in_checkpoint_names(tmp_path: Path) -
 def test_a_cv_folder_is_compared_as_the_ensemble_of_its_folds(
     trained_checkpoint: Path, tmp_path: Path
 ) -> None:
-    # Two folds of one model: the ensemble's probabilities and threshold are the model's own.
+    # Two folds of one model: the ensemble's probabilities are the model's own. At the model's
+    # threshold the two are the same model; at the threshold the cv chose (its
+    # cv_results.json) they are scored as `skinet evaluate` scores that cv folder.
     cv_dir = tmp_path / "cv_tiny_k2"
     (cv_dir / "results").mkdir(parents=True)
     for fold in (1, 2):
         record = {"fold": fold, "best_checkpoint": str(trained_checkpoint)}
         (cv_dir / "results" / f"fold_{fold}.json").write_text(json.dumps(record))
-    output = tmp_path / "out"
-    assert main(["compare", f"single={trained_checkpoint}", f"folds={cv_dir}", "--split", "test",
-                 "-o", str(output), "--draws", "200"]) == 0  # fmt: skip
-    row = _rows(output)["folds"]
-    assert row["images"] >= 1 and row["difference"] == 0.0 and row["verdict"] == "no difference"
-    # The split is the folds' config's, as for a checkpoint given first.
-    assert main(["compare", f"folds={cv_dir}", f"single={trained_checkpoint}", "--split", "test",
-                 "-o", str(tmp_path / "first"), "--draws", "200"]) == 0  # fmt: skip
-    assert _rows(tmp_path / "first")["single"]["images"] == row["images"]
+    argv = ["compare", f"single={trained_checkpoint}", f"folds={cv_dir}", "--split", "test",
+            "--draws", "200"]  # fmt: skip
+    assert main([*argv, "-o", str(tmp_path / "same")]) == 0
+    same = _rows(tmp_path / "same")["folds"]
+    assert same["images"] >= 1 and same["difference"] == 0.0
+
+    chosen = {"value": 0.2, "selection": "pooled_dice", "num_images": 8, "tuned_on": "oof"}
+    (cv_dir / "cv_results.json").write_text(json.dumps({"ensemble_threshold": chosen}))
+    assert main([*argv, "-o", str(tmp_path / "chosen")]) == 0
+    folds = _rows(tmp_path / "chosen")["folds"]
+    evaluate = ["evaluate", "--checkpoint", str(cv_dir), "--split", "test", "--gallery", "0"]
+    assert main([*evaluate, "--output", str(tmp_path / "evaluated")]) == 0
+    summary = json.loads((tmp_path / "evaluated" / "summary.json").read_text())
+    assert summary["threshold"] == pytest.approx(0.2)
+    assert folds["mean"] == pytest.approx(summary["mean_jaccard"])
+    assert folds["difference"] != 0.0  # the cv's threshold, not the model's

@@ -17,7 +17,8 @@ from skinet.cli.arguments import (
     positive_int,
     probability,
 )
-from skinet.cli.inference import add_model_options, build_predictor
+from skinet.cli.evaluation import refuse_leak
+from skinet.cli.inference import add_leak_option, add_model_options, build_predictor
 from skinet.config.errors import UsageError
 from skinet.evaluation.options import SPLIT_CHOICES
 
@@ -49,7 +50,8 @@ def model_spec(text: str) -> ModelSpec:
     for path in paths:
         if not path.exists():
             raise argparse.ArgumentTypeError(
-                f"{path}: not found (give a checkpoint .ckpt or a folder of predicted masks)"
+                f"{path}: not found (give a checkpoint .ckpt, a skinet cv folder or a folder of "
+                "predicted masks)"
             )
     if not name:
         only = paths[0].resolve()
@@ -61,29 +63,16 @@ def run_compare(args: argparse.Namespace) -> int:
     """Score every run of every model on every set; print and write the comparison."""
     from skinet.evaluation.compare import compare_scores, comparison_table, write_comparison
 
-    names = [spec.name for spec in args.models]
-    if len(args.models) < 2:
-        raise UsageError("compare needs two models or more: give a reference, then the others")
-    if len(set(names)) != len(names):
-        raise UsageError(f"model names must differ, got {names}: name them with NAME=PATH")
-    counts = {spec.name: len(spec.paths) for spec in args.models}
-    if args.paired_runs and len(set(counts.values())) > 1:
-        raise UsageError(f"--paired-runs needs as many runs of every model, got {counts}")
-    if args.split == "none" and not args.external:
-        raise UsageError("nothing to score: give --split (of --data-dir) and/or --external")
+    _check_arguments(args)
     check_output_folder(args.output)
     sets = _labelled_sets(args)
+    predictors = _load_models(args)
     scores: dict[str, dict[str, list[dict[str, float]]]] = {name: {} for name in sets}
-    for spec in args.models:
-        for path in spec.paths:
-            # A checkpoint (or a cv folder's ensemble) is loaded once and scored on every set.
-            predictor = None if _is_prediction_folder(path) else _predictor(path, args)
-            for set_name, samples in sets.items():
-                log.info(
-                    "%s: scoring %s on %s (%d images)", spec.name, path, set_name, len(samples)
-                )
-                run_scores = _score(path, predictor, set_name, samples)
-                scores[set_name].setdefault(spec.name, []).append(run_scores)
+    for name, path, predictor in predictors:
+        for set_name, samples in sets.items():
+            log.info("%s: scoring %s on %s (%d images)", name, path, set_name, len(samples))
+            run_scores = _score(path, predictor, set_name, samples)
+            scores[set_name].setdefault(name, []).append(run_scores)
     try:
         comparison = compare_scores(
             scores, args.draws, args.confidence, args.seed, paired_runs=args.paired_runs
@@ -94,6 +83,38 @@ def run_compare(args: argparse.Namespace) -> int:
     print(comparison_table(comparison))
     print(f"written: {paths['table']}, {paths['json']}, {paths['per_image']}")
     return 0
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Refuse what cannot be compared before anything is read."""
+    names = [spec.name for spec in args.models]
+    if len(args.models) < 2:
+        raise UsageError("compare needs two models or more: give a reference, then the others")
+    if len(set(names)) != len(names):
+        raise UsageError(f"model names must differ, got {names}: name them with NAME=PATH")
+    counts = {spec.name: len(spec.paths) for spec in args.models}
+    if args.paired_runs and len(set(counts.values())) > 1:
+        raise UsageError(f"--paired-runs needs as many runs of every model, got {counts}")
+    if args.split == "none" and not args.external:
+        raise UsageError("nothing to score: give --split (of --data-dir) and/or --external")
+
+
+def _load_models(args: argparse.Namespace) -> list[tuple[str, Path, Any]]:
+    """``(model, path, predictor)`` per run (``None`` for a folder of predicted masks).
+
+    Every checkpoint (or cv folder's ensemble) is loaded, and checked against the split it
+    would score, before any is scored: a refused model loses no work.
+    """
+    predictors = [
+        (spec.name, path, None if _is_prediction_folder(path) else _predictor(path, args))
+        for spec in args.models
+        for path in spec.paths  # a path given twice is two runs
+    ]
+    if args.split != "none":
+        for *_, predictor in predictors:
+            if predictor is not None:
+                refuse_leak(predictor, args)
+    return predictors
 
 
 def _labelled_sets(args: argparse.Namespace) -> dict[str, Any]:
@@ -132,8 +153,9 @@ def _split_config(args: argparse.Namespace) -> Any:
 
 
 def _is_prediction_folder(path: Path) -> bool:
-    """A folder of predicted masks; not a checkpoint file nor a ``skinet cv`` folder."""
-    return path.is_dir() and not (path / CV_RESULTS_DIR).is_dir()
+    """A folder of predicted masks; not a checkpoint file nor a ``skinet cv`` folder (one with
+    ``results/fold_*.json``)."""
+    return path.is_dir() and not any((path / CV_RESULTS_DIR).glob("fold_*.json"))
 
 
 def _predictor(path: Path, args: argparse.Namespace) -> Any:
@@ -201,7 +223,9 @@ def add_compare_subcommand(subparsers: Any) -> None:
         "--paired-runs",
         action="store_true",
         help="resample run i of every model together: the runs belong together (fine-tuned "
-        "from the same source models, in the same order); every model needs as many runs",
+        "from the same source models, in the same order; each index a different source "
+        "model); every model needs as many runs",
     )
     add_model_options(compare)
+    add_leak_option(compare)
     compare.set_defaults(func=run_compare)
