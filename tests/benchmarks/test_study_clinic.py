@@ -19,7 +19,10 @@ def test_the_kfold_arm_scores_the_ensemble_of_its_folds(
 ) -> None:
     study = load_benchmark("study_clinic")
     raw = yaml.safe_load(CLINIC.read_text())
-    raw["TRAIN_CONFIG"].update(max_epochs=2, batch_size=2, accelerator="cpu")
+    # pooled_dice here, so that the kfold_guarded arm shows its variant's overrides reach cv.
+    raw["TRAIN_CONFIG"].update(
+        max_epochs=2, batch_size=2, accelerator="cpu", threshold_selection="pooled_dice"
+    )
     config = tmp_path / "clinic.yaml"
     config.write_text(yaml.safe_dump(raw))
     out = tmp_path / "study"
