@@ -270,6 +270,8 @@ def tables(studies: Sequence[dict[str, dict[str, dict[str, Any]]]]) -> str:
         for arm in studies[0][sources[0]]
         if all(arm in study[name] for study in studies for name in sources)
     ]
+    if not arms:
+        raise ValueError("the studies share no arm: pool studies of the same arms")
     left_out = sorted(
         {f"{name}/{arm}" for study in studies for name in study for arm in study[name]}
         - {f"{name}/{arm}" for name in sources for arm in arms}
@@ -398,10 +400,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{KFOLD}: skinet cv --folds {args.folds}, scored as the ensemble of the folds")
         print(f"{KFOLD}_<variant>: the same with the variant's overrides")
         return 0
-    results_path = args.output / "results.json"
-    records: dict[str, dict[str, dict[str, Any]]] = (
-        json.loads(results_path.read_text()) if results_path.is_file() else {}
-    )
     if args.table:
         studies = [_read_study(parser, "--output", args.output)]
         studies += [_read_study(parser, "--pool", folder) for folder in args.pool]
@@ -412,6 +410,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.pool:
         parser.error("--pool pools finished studies: give it with --table")
+    results_path = args.output / "results.json"
+    records: dict[str, dict[str, dict[str, Any]]] = (
+        json.loads(results_path.read_text()) if results_path.is_file() else {}
+    )
     if args.checkpoint is None or not args.checkpoint.is_file():
         raise SystemExit(f"--checkpoint must be a checkpoint file, got {args.checkpoint}")
     from skinet.cli.arguments import external_set

@@ -131,3 +131,7 @@ def test_pool_needs_table_and_finished_studies(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         _pooled(study, done, elsewhere)
     assert "the studies share no source" in capsys.readouterr().err
+    (elsewhere / "results.json").write_text(json.dumps({"clinic": {"other_arm": {"scores": {}}}}))
+    with pytest.raises(SystemExit):
+        _pooled(study, done, elsewhere)
+    assert "the studies share no arm" in capsys.readouterr().err
