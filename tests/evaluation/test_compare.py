@@ -141,6 +141,64 @@ def test_paired_runs_need_as_many_runs_of_every_model(tmp_path: Path, capsys) ->
     assert not (tmp_path / "out" / "comparison.md").exists()
 
 
+def _other_source(checkpoint: Path, path: Path) -> Path:
+    """Another source model: ``checkpoint`` with one weight changed, in a file of its own."""
+    import torch
+
+    raw = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    first = next(iter(raw["state_dict"]))
+    raw["state_dict"][first] = raw["state_dict"][first] + 0.01
+    torch.save(raw, path)
+    return path
+
+
+def _calibrated(source: Path, output: Path) -> Path:
+    argv = ["evaluate", "--checkpoint", str(source), "--split", "val", "--tune-threshold",
+            "--save-calibrated", str(output), "--output", str(output.with_suffix(""))]  # fmt: skip
+    assert main(argv) == 0
+    return output
+
+
+def test_paired_runs_refuse_runs_of_different_source_models(
+    trained_checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Run i of a calibrated or fine-tuned model must come from run i of the source models."""
+    import torch
+
+    first, second = trained_checkpoint, _other_source(trained_checkpoint, tmp_path / "b.ckpt")
+    cal_first = _calibrated(first, tmp_path / "cal_a.ckpt")
+    cal_second = _calibrated(second, tmp_path / "cal_b.ckpt")
+    tuned = torch.load(first, map_location="cpu", weights_only=False)  # fine-tuned from b
+    tuned["skinet"]["config"]["TRAIN_CONFIG"]["init_checkpoint"] = str(second)
+    torch.save(tuned, tmp_path / "tuned_from_b.ckpt")
+    caplog.clear()
+
+    def compare(*models: str, output: str, extra: tuple[str, ...] = ()) -> int:
+        return main(["compare", *models, "--paired-runs", "--split", "test", *extra,
+                     "-o", str(tmp_path / output)])  # fmt: skip
+
+    swapped = (f"source={first},{second}", f"calibrated={cal_second},{cal_first}")
+    assert compare(*swapped, output="swapped") == 2
+    said = caplog.text
+    assert "run 1 of every model, but those runs come from different source models" in said
+    assert f"source: {first}" in said and f"calibrated: {second}" in said
+    assert "scoring" not in said  # refused before any work
+    assert not (tmp_path / "swapped").exists()
+    # --threshold replaces the calibrated threshold, not where the copy came from
+    assert compare(*swapped, output="given", extra=("--threshold", "0.5")) == 2
+    caplog.clear()
+    assert compare(f"source={first}", f"tuned={tmp_path / 'tuned_from_b.ckpt'}", output="ft") == 2
+    assert f"tuned: {second}" in caplog.text
+    # in order, and a copy of a source is the same source
+    copy = tmp_path / "copy_of_a.ckpt"
+    copy.write_bytes(first.read_bytes())
+    in_order = (f"source={copy},{second}", f"calibrated={cal_first},{cal_second}")
+    assert compare(*in_order, output="in_order") == 0
+    assert (tmp_path / "in_order" / "comparison.md").is_file()
+    # models trained on their own are paired by seed: nothing to check
+    assert compare(f"A={first},{second}", f"B={second},{first}", output="own") == 0
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

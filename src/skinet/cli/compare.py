@@ -114,7 +114,58 @@ def _load_models(args: argparse.Namespace) -> list[tuple[str, Path, Any]]:
         for *_, predictor in predictors:
             if predictor is not None:
                 refuse_leak(predictor, args)
+    if args.paired_runs:
+        _refuse_mispaired_runs(predictors, len(args.models[0].paths))
     return predictors
+
+
+def _refuse_mispaired_runs(predictors: list[tuple[str, Path, Any]], runs: int) -> None:
+    """``--paired-runs`` pairs run i of every model: refuse a run i whose models came from
+    different source models, as far as the checkpoints say (a fine-tuned run names the
+    checkpoint it started from, a calibrated copy the one it was tuned from; a model of its own
+    is its own source). Sources are told apart by their content, so a copy is the same source;
+    folders of masks, and sources no longer on disk, are not checked."""
+    from skinet.runtime.files import file_sha256
+
+    digests: dict[Path, str] = {}
+
+    def digest(path: Path) -> str:
+        if path not in digests:
+            digests[path] = file_sha256(path)
+        return digests[path]
+
+    for index in range(runs):
+        runs_i = predictors[index::runs]  # models in order, each with its runs in order
+        lineage = [(name, *_source_model(path, predictor)) for name, path, predictor in runs_i]
+        if not any(derived for *_, derived in lineage):
+            continue  # models trained on their own: paired by seed, nothing to check
+        known = [(name, source) for name, source, _ in lineage if source is not None]
+        if len({digest(source) for _, source in known}) > 1:
+            described = "; ".join(f"{name}: {source}" for name, source in known)
+            raise UsageError(
+                f"--paired-runs pairs run {index + 1} of every model, but those runs come from "
+                f"different source models ({described}). Give every model's runs in the same "
+                "order of source models, or leave out --paired-runs"
+            )
+
+
+def _source_model(path: Path, predictor: Any) -> tuple[Path | None, bool]:
+    """``(source checkpoint, derived)``: the checkpoint the run was fine-tuned or calibrated
+    from (``derived``), or the run's own file; ``None`` when unknown or no longer on disk."""
+    from skinet.checkpoints.read import load_checkpoint
+
+    if predictor is None:
+        return None, False  # a folder of masks
+    if path.is_file():  # read again: --threshold hides a calibrated copy's record
+        checkpoint = load_checkpoint(path)
+        config, calibration = checkpoint.config, checkpoint.payload.calibration or {}
+    else:  # a cv folder: its folds started from one checkpoint, or from scratch
+        config, calibration = predictor.config, {}
+    origin = config.train.init_checkpoint or calibration.get("source_checkpoint")
+    if origin is None:
+        return (path if path.is_file() else None), False
+    origin = Path(origin)
+    return (origin if origin.is_absolute() and origin.is_file() else None), True
 
 
 def _labelled_sets(args: argparse.Namespace) -> dict[str, Any]:
@@ -223,8 +274,9 @@ def add_compare_subcommand(subparsers: Any) -> None:
         "--paired-runs",
         action="store_true",
         help="resample run i of every model together: the runs belong together (fine-tuned "
-        "from the same source models, in the same order; each index a different source "
-        "model); every model needs as many runs",
+        "or calibrated from the same source models, in the same order; each index a "
+        "different source model; checkpoints from other sources are refused); every model "
+        "needs as many runs",
     )
     add_model_options(compare)
     add_leak_option(compare)
