@@ -190,6 +190,28 @@ def _compare_paired_runs_unequal(s: Setup) -> list[str]:
     return ["compare", runs, f"B={s.data}", "--paired-runs", "--external", f"a={s.data}:{s.data}"]
 
 
+def _compare_paired_runs_other_sources(s: Setup) -> list[str]:
+    """Two source models and their calibrated copies, the copies given in the other order."""
+    assert main(["train", "--config", s.config(TRAIN_CONFIG={"use_mlflow_logger": False})]) == 0
+    (run,) = s.runs.iterdir()
+    first = next((run / "checkpoints").glob("best*.ckpt"))
+    raw = torch.load(first, map_location="cpu", weights_only=False)
+    name = next(iter(raw["state_dict"]))
+    raw["state_dict"][name] = raw["state_dict"][name] + 0.01  # another source model
+    second = s.tmp / "second.ckpt"
+    torch.save(raw, second)
+    for source, copy in ((first, "cal_first.ckpt"), (second, "cal_second.ckpt")):
+        tune = ["evaluate", "--checkpoint", str(source), "--split", "val", "--tune-threshold"]
+        out = ["--save-calibrated", str(s.tmp / copy), "--output", str(s.tmp / copy[:-5])]
+        assert main([*tune, *out]) == 0
+    models = [
+        f"source={first},{second}",
+        f"cal={s.tmp / 'cal_second.ckpt'},{s.tmp / 'cal_first.ckpt'}",
+    ]
+    return ["compare", *models, "--paired-runs", "--split", "test",
+            "--output", str(s.tmp / "report")]  # fmt: skip
+
+
 def _save_calibrated_exists(s: Setup) -> list[str]:
     (s.tmp / "clinic.ckpt").write_bytes(b"mine")
     argv = ["evaluate", "--checkpoint", "x.ckpt", "--split", "val", "--tune-threshold"]
@@ -405,6 +427,12 @@ CASES: dict[str, Case] = {
     "compare-one-model": Case(_compare_one_model, 2, "compare needs two models or more"),
     "compare-paired-runs-unequal": Case(
         _compare_paired_runs_unequal, 2, "--paired-runs needs as many runs of every model"
+    ),
+    "compare-paired-runs-other-sources": Case(
+        _compare_paired_runs_other_sources,
+        2,
+        "--paired-runs pairs run 1 of every model, but those runs come from different source",
+        _nothing_written,
     ),
     "save-calibrated-exists": Case(_save_calibrated_exists, 2, "already exist(s)", _kept),
     "external-named-like-a-report": Case(
