@@ -20,6 +20,7 @@ import pytest
 import torch
 import yaml
 from tests.helpers.config import tiny_raw_config
+from tests.helpers.inference import another_source_model
 
 from skinet.checkpoints.format import FORMAT_VERSION
 from skinet.cli.main import main
@@ -195,11 +196,7 @@ def _compare_paired_runs_other_sources(s: Setup) -> list[str]:
     assert main(["train", "--config", s.config(TRAIN_CONFIG={"use_mlflow_logger": False})]) == 0
     (run,) = s.runs.iterdir()
     first = next((run / "checkpoints").glob("best*.ckpt"))
-    raw = torch.load(first, map_location="cpu", weights_only=False)
-    name = next(iter(raw["state_dict"]))
-    raw["state_dict"][name] = raw["state_dict"][name] + 0.01  # another source model
-    second = s.tmp / "second.ckpt"
-    torch.save(raw, second)
+    second = another_source_model(first, s.tmp / "second.ckpt")
     for source, copy in ((first, "cal_first.ckpt"), (second, "cal_second.ckpt")):
         tune = ["evaluate", "--checkpoint", str(source), "--split", "val", "--tune-threshold"]
         out = ["--save-calibrated", str(s.tmp / copy), "--output", str(s.tmp / copy[:-5])]

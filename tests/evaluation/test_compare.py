@@ -8,7 +8,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from tests.helpers.inference import another_source_model, rewrite_checkpoint
 
+from skinet.checkpoints.read import load_checkpoint
 from skinet.cli.main import main
 from skinet.evaluation.compare import compare_scores
 
@@ -141,17 +143,6 @@ def test_paired_runs_need_as_many_runs_of_every_model(tmp_path: Path, capsys) ->
     assert not (tmp_path / "out" / "comparison.md").exists()
 
 
-def _other_source(checkpoint: Path, path: Path) -> Path:
-    """Another source model: ``checkpoint`` with one weight changed, in a file of its own."""
-    import torch
-
-    raw = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    first = next(iter(raw["state_dict"]))
-    raw["state_dict"][first] = raw["state_dict"][first] + 0.01
-    torch.save(raw, path)
-    return path
-
-
 def _calibrated(source: Path, output: Path) -> Path:
     argv = ["evaluate", "--checkpoint", str(source), "--split", "val", "--tune-threshold",
             "--save-calibrated", str(output), "--output", str(output.with_suffix(""))]  # fmt: skip
@@ -163,14 +154,13 @@ def test_paired_runs_refuse_runs_of_different_source_models(
     trained_checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Run i of a calibrated or fine-tuned model must come from run i of the source models."""
-    import torch
-
-    first, second = trained_checkpoint, _other_source(trained_checkpoint, tmp_path / "b.ckpt")
+    first = trained_checkpoint
+    second = another_source_model(first, tmp_path / "b.ckpt")
     cal_first = _calibrated(first, tmp_path / "cal_a.ckpt")
     cal_second = _calibrated(second, tmp_path / "cal_b.ckpt")
-    tuned = torch.load(first, map_location="cpu", weights_only=False)  # fine-tuned from b
-    tuned["skinet"]["config"]["TRAIN_CONFIG"]["init_checkpoint"] = str(second)
-    torch.save(tuned, tmp_path / "tuned_from_b.ckpt")
+    config = load_checkpoint(first).payload.config  # as if fine-tuned from the second
+    config["TRAIN_CONFIG"] = {**config["TRAIN_CONFIG"], "init_checkpoint": str(second)}
+    rewrite_checkpoint(first, tmp_path / "tuned_from_b.ckpt", config=config)
     caplog.clear()
 
     def compare(*models: str, output: str, extra: tuple[str, ...] = ()) -> int:

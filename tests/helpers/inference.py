@@ -19,6 +19,15 @@ def rewrite_checkpoint(source: Path, target: Path, **skinet_entries: Any) -> Pat
     return target
 
 
+def another_source_model(source: Path, target: Path) -> Path:
+    """Copy a checkpoint with one weight changed: another model, in a file of its own."""
+    checkpoint = torch.load(source, map_location="cpu", weights_only=True)
+    name = next(iter(checkpoint["state_dict"]))
+    checkpoint["state_dict"][name] = checkpoint["state_dict"][name] + 0.01
+    torch.save(checkpoint, target)
+    return target
+
+
 def write_rgb(path: Path, height: int, width: int, seed: int = 0) -> np.ndarray:
     """A random RGB image with a bright blob, written to ``path``; returns the pixels."""
     rng = np.random.default_rng(seed)

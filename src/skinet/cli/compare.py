@@ -127,20 +127,14 @@ def _refuse_mispaired_runs(predictors: list[tuple[str, Path, Any]], runs: int) -
     folders of masks, and sources no longer on disk, are not checked."""
     from skinet.runtime.files import file_sha256
 
-    digests: dict[Path, str] = {}
-
-    def digest(path: Path) -> str:
-        if path not in digests:
-            digests[path] = file_sha256(path)
-        return digests[path]
-
     for index in range(runs):
         runs_i = predictors[index::runs]  # models in order, each with its runs in order
         lineage = [(name, *_source_model(path, predictor)) for name, path, predictor in runs_i]
         if not any(derived for *_, derived in lineage):
             continue  # models trained on their own: paired by seed, nothing to check
         known = [(name, source) for name, source, _ in lineage if source is not None]
-        if len({digest(source) for _, source in known}) > 1:
+        files = {source.resolve() for _, source in known}
+        if len(files) > 1 and len({file_sha256(path) for path in files}) > 1:  # copies agree
             described = "; ".join(f"{name}: {source}" for name, source in known)
             raise UsageError(
                 f"--paired-runs pairs run {index + 1} of every model, but those runs come from "
