@@ -81,6 +81,31 @@ def test_identical_prediction_folders_give_zero(tmp_path: Path, capsys) -> None:
     assert "+0.0000 [+0.0000, +0.0000]" in capsys.readouterr().out
 
 
+def test_a_bound_that_is_not_zero_is_not_printed_as_zero(tmp_path: Path, capsys) -> None:
+    """B is better on every image by one pixel of a 50000-pixel lesion (+0.00002): four
+    decimals would print "+0.0000 [+0.0000, +0.0000]" next to "better"."""
+    images, masks, a, b = (tmp_path / name for name in ("images", "masks", "a", "b"))
+    for folder in (images, masks, a, b):
+        folder.mkdir()
+    lesion = np.zeros((220, 270), np.uint8)
+    lesion[10:210, 10:260] = 255
+    one_pixel_short = lesion.copy()
+    one_pixel_short[10, 10] = 0
+    for k in range(3):
+        cv2.imwrite(str(images / f"img{k}.png"), np.full((*lesion.shape, 3), 90, np.uint8))
+        cv2.imwrite(str(masks / f"img{k}_mask.png"), lesion)
+        cv2.imwrite(str(a / f"img{k}.png"), one_pixel_short)
+        cv2.imwrite(str(b / f"img{k}.png"), lesion)
+    output = tmp_path / "out"
+    assert main(["compare", str(a), str(b), "--external", f"s={images}:{masks}",
+                 "-o", str(output)]) == 0  # fmt: skip
+    row = _rows(output)["b"]
+    assert row["low"] == pytest.approx(1 / 50000) and row["verdict"] == "better"
+    line = "+0.00002 [+0.00002, +0.00002] | 100% | better"
+    assert line in capsys.readouterr().out
+    assert line in (output / "comparison.md").read_text()
+
+
 def test_checkpoints_and_seeds_on_a_split(trained_checkpoint: Path, tmp_path: Path) -> None:
     output = tmp_path / "out"
     pair = f"{trained_checkpoint},{trained_checkpoint}"

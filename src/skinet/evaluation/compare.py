@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -258,6 +259,15 @@ def score_predictions(folder: Path, samples: Sequence[Sample]) -> Scores:
     return scores
 
 
+def _signed(value: float) -> str:
+    """``value`` with its sign and four decimals, or as many more as it takes not to show a
+    bound that is not 0 as ``+0.0000`` (next to "better", that reads as a contradiction)."""
+    decimals = 4
+    if value != 0 and abs(value) < 0.5e-4:
+        decimals = -math.floor(math.log10(abs(value)))
+    return f"{value:+.{decimals}f}"
+
+
 def comparison_table(comparison: Comparison) -> str:
     """The comparison as a Markdown table, with a line on how to read it."""
     reference = comparison.models[0]
@@ -269,10 +279,10 @@ def comparison_table(comparison: Comparison) -> str:
         "|---|---|---:|---:|---:|---|---:|---|",
     ]
     for row in comparison.rows:
-        if row.difference is None:
+        if row.difference is None or row.low is None or row.high is None:
             delta, share = "", ""
         else:
-            delta = f"{row.difference:+.4f} [{row.low:+.4f}, {row.high:+.4f}]"
+            delta = f"{_signed(row.difference)} [{_signed(row.low)}, {_signed(row.high)}]"
             share = "" if row.better_share is None else f"{row.better_share:.0%}"
         lines.append(
             f"| {row.set} | {row.model} | {row.runs} | {row.images} | {row.mean:.4f} | {delta} "
