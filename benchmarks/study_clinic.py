@@ -26,13 +26,17 @@ the model, the rest are the check set. Every arm is scored on the check set only
   fine-tunes on the others and chooses its epoch and threshold on its own chunk), scored as the
   ensemble of the K fold models (their mean probability, at the threshold the cv chose on the
   pooled out-of-fold images), as ``skinet evaluate --checkpoint <cv folder>`` scores it;
-  ``kfold_<variant>`` (``kfold_guarded``, ...): the same with a variant's overrides.
+  ``kfold_<variant>`` (``kfold_guarded``, ...): the same with a variant's overrides;
+- ``wise_<arm>`` (``wise_finetune``, ``wise_kfold``, ...): the models an earlier fine-tuning arm
+  trained, each with its weights interpolated with the source's (WiSE-FT, Wortsman et al. 2022:
+  ``(1 - w) * source + w * fine-tuned``, ``w = --blend``, default 0.5), nothing retrained.
 
 The tables compare every arm with ``source``, with ``calibrated`` and with ``finetune`` (the
-shipped config): mean per-image Jaccard and paired bootstrap intervals (``skinet compare``'s
-statistics), per source and over the mean of the sources; pooled studies (``--pool``) resample
-the source models as well, each source model's arms together. Resumable: each arm's per-image
-scores are kept in ``OUTPUT/<source>/<arm>/scores.json`` and a restart skips finished arms.
+shipped config), and each ``wise_<arm>`` with ``<arm>``: mean per-image Jaccard and paired
+bootstrap intervals (``skinet compare``'s statistics), per source and over the mean of the
+sources; pooled studies (``--pool``) resample the source models as well, each source model's
+arms together. Resumable: each arm's per-image scores are kept in
+``OUTPUT/<source>/<arm>/scores.json`` and a restart skips finished arms.
 """
 
 from __future__ import annotations
@@ -53,12 +57,11 @@ import numpy as np
 from skinet.runtime.allocator import MALLOC_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from clinic_tables import BLEND, CALIBRATED, SHIPPED, SOURCE, blended_base, tables  # noqa: E402
 from study_cells import parse_definitions  # noqa: E402  (the same --define syntax)
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCE, CALIBRATED = "source", "calibrated"
 KEEP_THRESHOLD = "keep_threshold"
-SHIPPED = "finetune"  # configs/clinic.yaml as it is
 KEEP_OVERRIDE = "TRAIN_CONFIG.optimal_threshold"
 VARIANTS: dict[str, dict[str, Any]] = {
     SHIPPED: {},
@@ -108,20 +111,20 @@ def split_source(
     return folders["adapt"], folders["check"]
 
 
-def score(checkpoint: Path, check: Path) -> dict[str, float]:
-    """Per-image Jaccard of ``checkpoint`` (a file, or a cv folder: its ensemble) on the check
-    folder."""
+def score(checkpoints: Sequence[Path], check: Path) -> dict[str, float]:
+    """Per-image Jaccard of ``checkpoints`` (a file, several: their ensemble, or a cv folder:
+    its ensemble) on the check folder."""
     from skinet.evaluation.compare import score_samples
     from skinet.evaluation.mask_folders import pair_image_folder
     from skinet.inference.ensemble import build_predictor
 
-    predictor = build_predictor([checkpoint], device="cpu")
+    predictor = build_predictor(list(checkpoints), device="cpu")
     return score_samples(predictor, pair_image_folder(check / "images", check / "masks"), False)
 
 
 def calibrate(
     args: argparse.Namespace, adapt: Path, arm_dir: Path, selection: str
-) -> tuple[Path, dict[str, Any]]:
+) -> tuple[list[Path], dict[str, Any]]:
     """``skinet evaluate --tune-threshold --save-calibrated`` on the adapt images."""
     from skinet.cli.main import main as skinet_main
 
@@ -134,7 +137,7 @@ def calibrate(
     if code not in (0, 1) or not calibrated.is_file():
         raise RuntimeError(f"skinet evaluate --save-calibrated exited {code}")
     summary = json.loads((arm_dir / "evaluate" / "summary.json").read_text())
-    return calibrated, {"threshold": summary.get("threshold")}
+    return [calibrated], {"threshold": summary.get("threshold")}
 
 
 def _skinet(
@@ -168,7 +171,7 @@ def kfold_variant(arm: str) -> str | None:
 
 def fine_tune_folds(
     args: argparse.Namespace, adapt: Path, arm_dir: Path, overrides: dict[str, Any]
-) -> tuple[Path, dict[str, Any]]:
+) -> tuple[list[Path], dict[str, Any]]:
     """``skinet cv --folds K`` with the fine-tuning config; the cv folder (its ensemble)."""
     code = _skinet(args, ["cv", "--folds", str(args.folds)], adapt, arm_dir, overrides)
     cv_dirs = sorted((arm_dir / "runs").glob("cv_*"))
@@ -189,12 +192,12 @@ def fine_tune_folds(
         "fold_thresholds": thresholds,
         "stopped_by": [run.get("stopped_by") for run in runs],
     }
-    return cv_dirs[0], info
+    return [cv_dirs[0]], info
 
 
 def fine_tune(
     args: argparse.Namespace, adapt: Path, arm_dir: Path, overrides: dict[str, Any]
-) -> tuple[Path, dict[str, Any]]:
+) -> tuple[list[Path], dict[str, Any]]:
     """``skinet train --config configs/clinic.yaml --init-from CKPT`` on the adapt images."""
     code = _skinet(args, ["train", "--no-visualize"], adapt, arm_dir, overrides)
     runs = sorted((arm_dir / "runs").glob("*/metrics.json"), key=lambda p: p.stat().st_mtime)
@@ -209,7 +212,49 @@ def fine_tune(
         "threshold": metrics.get("val_optimal_threshold", overrides.get(KEEP_OVERRIDE)),
         "stopped_by": trained.get("stopped_by"),
     }
-    return Path(trained["best_checkpoint"]), info
+    return [Path(trained["best_checkpoint"])], info
+
+
+def fine_tuned_checkpoints(arm_dir: Path) -> list[Path]:
+    """The best checkpoint of each model a fine-tuning arm trained: its run's, or each fold's."""
+    cv_dirs = sorted((arm_dir / "runs").glob("cv_*"))
+    if cv_dirs:
+        folds = sorted(cv_dirs[0].glob("results/fold_*.json"))
+        runs = [Path(json.loads(p.read_text())["run_dir"]) / "metrics.json" for p in folds]
+    else:
+        trained = (arm_dir / "runs").glob("*/metrics.json")
+        runs = sorted(trained, key=lambda p: p.stat().st_mtime)[-1:]
+    return [Path(json.loads(run.read_text())["best_checkpoint"]) for run in runs]
+
+
+def blend_arm(
+    source: Path, base_dir: Path, arm_dir: Path, weight: float
+) -> tuple[list[Path], dict[str, Any]]:
+    """WiSE-FT (Wortsman et al., 2022): each model of the fine-tuning arm in ``base_dir`` with
+    its weights interpolated with the source's, ``(1 - weight) * source + weight * tuned``.
+    The blends keep the rest of their checkpoints (config, threshold, the model they started
+    from) and are scored as the base arm is: alone, or as the ensemble of the folds."""
+    import torch
+
+    from skinet.checkpoints.state_dict import normalize_state_dict_keys
+
+    def load(path: Path) -> dict[str, Any]:
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+    if not (base_dir / SCORES_FILE).is_file():
+        raise SystemExit(f"{arm_dir.name}: run the arm {base_dir.name} first (list it before)")
+    start = normalize_state_dict_keys(load(source)["state_dict"])
+    blends = []
+    for k, tuned in enumerate(fine_tuned_checkpoints(base_dir), 1):
+        checkpoint = load(tuned)
+        checkpoint["state_dict"] = {
+            key: torch.lerp(start[key], value, weight) if value.is_floating_point() else value
+            for key, value in normalize_state_dict_keys(checkpoint["state_dict"]).items()
+        }
+        blends.append(arm_dir / f"blend_{k}.ckpt")
+        torch.save(checkpoint, blends[-1])
+    threshold = json.loads((base_dir / SCORES_FILE).read_text())["threshold"]
+    return blends, {"threshold": threshold, "blend": weight, "blended": [str(p) for p in blends]}
 
 
 def run_arm(
@@ -225,18 +270,20 @@ def run_arm(
     arm_dir.mkdir(parents=True)
     started = time.perf_counter()
     if arm == SOURCE:
-        checkpoint, info = args.checkpoint, {"threshold": source_threshold(args.checkpoint)}
+        checkpoints, info = [args.checkpoint], {"threshold": source_threshold(args.checkpoint)}
     elif arm.startswith(CALIBRATED):
         selection = arm.removeprefix(CALIBRATED).lstrip("_") or "pooled_dice"
-        checkpoint, info = calibrate(args, adapt, arm_dir, selection)
+        checkpoints, info = calibrate(args, adapt, arm_dir, selection)
+    elif (base := blended_base(arm)) is not None:
+        checkpoints, info = blend_arm(args.checkpoint, arm_dir.parent / base, arm_dir, args.blend)
     elif (variant := kfold_variant(arm)) is not None:
-        checkpoint, info = fine_tune_folds(args, adapt, arm_dir, dict(options[variant]))
+        checkpoints, info = fine_tune_folds(args, adapt, arm_dir, dict(options[variant]))
     else:
         overrides = dict(options[arm])
         if arm == KEEP_THRESHOLD:
             overrides[KEEP_OVERRIDE] = source_threshold(args.checkpoint)
-        checkpoint, info = fine_tune(args, adapt, arm_dir, overrides)
-    record = {**info, "scores": score(checkpoint, check)}
+        checkpoints, info = fine_tune(args, adapt, arm_dir, overrides)
+    record = {**info, "scores": score(checkpoints, check)}
     record["wall_seconds"] = round(time.perf_counter() - started, 1)
     tmp = done.with_name(f".{SCORES_FILE}.partial")
     tmp.write_text(json.dumps(record, indent=1))
@@ -248,98 +295,6 @@ def source_threshold(checkpoint: Path) -> float:
     from skinet.checkpoints.read import load_checkpoint
 
     return float(load_checkpoint(checkpoint).threshold)
-
-
-def tables(studies: Sequence[dict[str, dict[str, dict[str, Any]]]]) -> str:
-    """The arms against ``source``, ``calibrated`` and ``finetune``, per source and over the
-    sources. Several studies (another source model each, the same sources) are pooled: each
-    source model is a run of every arm, and a run's arms are resampled together. Studies of one
-    source model (the same ``source`` scores: another fine-tuning seed) are averaged per image
-    into one run, so that no source model counts twice.
-
-    Raises:
-        ValueError: The studies share no source, or no arm.
-    """
-    from skinet.evaluation.compare import compare_scores, comparison_table
-
-    sources = [name for name in studies[0] if all(name in study for study in studies)]
-    if not sources:
-        raise ValueError("the studies share no source: pool studies of the same sources")
-    arms = [
-        arm
-        for arm in studies[0][sources[0]]
-        if all(arm in study[name] for study in studies for name in sources)
-    ]
-    if not arms:
-        raise ValueError("the studies share no arm: pool studies of the same arms")
-    left_out = sorted(
-        {f"{name}/{arm}" for study in studies for name in study for arm in study[name]}
-        - {f"{name}/{arm}" for name in sources for arm in arms}
-    )
-    out = ["| source | arm | threshold | epochs (best) | check Jaccard |", "|---|---|---|---|---|"]
-    for name in sources:
-        for arm in arms:
-            records = [study[name][arm] for study in studies]
-            out.append(f"| {name} | {arm} | {_shown(records)} |")
-    text = "\n".join(out) + "\n"
-    runs = _by_source_model(studies, sources, arms)
-    if len(studies) > 1:
-        text += (
-            f"\nOne value per study, in the order given; {len(studies)} studies of {len(runs)} "
-            "source model(s), each source model one run below (its studies averaged per image).\n"
-        )
-    if left_out:
-        text += f"\nLeft out, not in every study: {', '.join(left_out)}.\n"
-    # The variants against the shipped fine-tuning too: is any of them a better recipe?
-    for reference in (SOURCE, CALIBRATED, SHIPPED):
-        if reference not in arms:
-            continue
-        order = [reference, *(arm for arm in arms if arm != reference)]
-        scores = {
-            name: {arm: [run[name][arm] for run in runs] for arm in order} for name in sources
-        }
-        comparison = compare_scores(scores, paired_runs=len(runs) > 1)
-        text += f"\n### Against {reference}\n\n" + comparison_table(comparison)
-    return text
-
-
-def _by_source_model(
-    studies: Sequence[dict[str, dict[str, dict[str, Any]]]], sources: list[str], arms: list[str]
-) -> list[dict[str, dict[str, dict[str, float]]]]:
-    """Per source model, ``{source: {arm: per-image scores}}``, averaged over its studies."""
-    groups: dict[str, list[dict[str, dict[str, dict[str, Any]]]]] = {}
-    for study in studies:
-        if SOURCE in arms:
-            key = json.dumps([study[name][SOURCE]["scores"] for name in sources], sort_keys=True)
-        else:
-            key = str(len(groups))  # nothing says which source model it is: its own run
-        groups.setdefault(key, []).append(study)
-    runs = []
-    for group in groups.values():
-        run: dict[str, dict[str, dict[str, float]]] = {}
-        for name in sources:
-            for arm in arms:
-                scores = [study[name][arm]["scores"] for study in group]
-                common = set(scores[0]).intersection(*scores[1:])
-                averaged = {i: float(np.mean([s[i] for s in scores])) for i in sorted(common)}
-                run.setdefault(name, {})[arm] = averaged
-        runs.append(run)
-    return runs
-
-
-def _shown(records: list[dict[str, Any]]) -> str:
-    """``threshold | epochs (best) | check Jaccard`` of an arm, one value per study."""
-
-    def join(values: list[str]) -> str:
-        return " / ".join(values) if any(values) else ""
-
-    thresholds, epochs, means = [], [], []
-    for record in records:
-        threshold, ran, best = (record.get(k) for k in ("threshold", "epochs", "best_epoch"))
-        thresholds.append("" if threshold is None else f"{threshold:.2f}")
-        epochs.append("" if ran is None else f"{ran}" + ("" if best is None else f" ({int(best)})"))
-        means.append(f"{float(np.mean(list(record['scores'].values()))):.4f}")
-    return f"{join(thresholds)} | {join(epochs)} | {join(means)}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -369,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the adapt/check split")
     parser.add_argument("--seed", type=int, default=42, help="TRAIN_CONFIG.seed of fine-tuning")
     parser.add_argument("--folds", type=int, default=5, help="folds of the kfold variant")
+    parser.add_argument(
+        "--blend",
+        type=float,
+        default=0.5,
+        help="wise_<arm>: the weight of the fine-tuned model, 1 - it the source's (default 0.5)",
+    )
     parser.add_argument("--list", action="store_true", help="list the variants and exit")
     parser.add_argument("--table", action="store_true", help="print the tables and exit")
     parser.add_argument(
@@ -390,6 +351,21 @@ def _read_study(parser: argparse.ArgumentParser, option: str, folder: Path) -> d
     return json.loads(path.read_text())
 
 
+def checked_variants(args: argparse.Namespace, options: dict[str, Any]) -> list[str]:
+    """``--variants`` as a list; an unknown one, or a blend before its arm, ends the study."""
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    known = [v for v in variants if v in options or kfold_variant(v) in options]
+    unknown = [v for v in variants if v not in known and blended_base(v) not in known]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}; see --list")
+    for k, arm in enumerate(variants):
+        if (base := blended_base(arm)) is not None and base not in variants[:k]:
+            raise SystemExit(f"{arm} blends the arm {base} with the source: list {base} before it")
+    if not 0.0 <= args.blend <= 1.0:
+        raise SystemExit(f"--blend {args.blend}: the weight of the fine-tuned model, in [0, 1]")
+    return variants
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -399,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name}: {overrides or 'configs/clinic.yaml as it is'}")
         print(f"{KFOLD}: skinet cv --folds {args.folds}, scored as the ensemble of the folds")
         print(f"{KFOLD}_<variant>: the same with the variant's overrides")
+        print(f"{BLEND}_<arm>: <arm>'s fine-tuned weights blended with the source's (--blend)")
         return 0
     if args.table:
         studies = [_read_study(parser, "--output", args.output)]
@@ -418,10 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--checkpoint must be a checkpoint file, got {args.checkpoint}")
     from skinet.cli.arguments import external_set
 
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in options and kfold_variant(v) not in options]
-    if unknown:
-        raise SystemExit(f"unknown variant(s) {unknown}; see --list")
+    variants = checked_variants(args, options)
     for text in args.source:
         source = external_set(text)
         folders = split_source(

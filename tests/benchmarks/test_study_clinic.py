@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from tests.helpers.scripts import load_benchmark
 
@@ -28,11 +29,15 @@ def test_the_kfold_arm_scores_the_ensemble_of_its_folds(
     out = tmp_path / "study"
     argv = ["--checkpoint", str(trained_checkpoint), "--output", str(out), "--config", str(config)]
     argv += ["--source", f"tiny={folder_tree / 'images'}:{folder_tree / 'masks'}"]
-    argv += ["--adapt", "6", "--folds", "2", "--variants", "finetune,flips,kfold,kfold_guarded"]
+    argv += ["--adapt", "6", "--folds", "2", "--blend", "0.25"]
+    argv += ["--variants", "finetune,flips,kfold,kfold_guarded,wise_finetune,wise_kfold"]
     assert study.main(argv) == 0
 
     records = json.loads((out / "results.json").read_text())["tiny"]
-    assert list(records) == ["source", "calibrated", "finetune", "flips", "kfold", "kfold_guarded"]
+    assert list(records) == [
+        "source", "calibrated", "finetune", "flips", "kfold", "kfold_guarded",
+        "wise_finetune", "wise_kfold",
+    ]  # fmt: skip
     assert all(len(record["scores"]) == 4 for record in records.values())  # the check images
     kfold = records["kfold"]
     [cv_dir] = (out / "tiny" / "kfold" / "runs").glob("cv_*")
@@ -62,6 +67,51 @@ def test_the_kfold_arm_scores_the_ensemble_of_its_folds(
         expected = {row["id"]: float(row["jaccard"]) for row in csv.DictReader(rows)}
     assert kfold["scores"] == pytest.approx(expected)
     assert "| tiny | kfold |" in (out / "results.md").read_text()
+    _check_blends(out, trained_checkpoint, cv_dir, tmp_path)
+
+
+def _check_blends(out: Path, source: Path, cv_dir: Path, tmp_path: Path) -> None:
+    """Each blend holds 0.75 * source + 0.25 * its fine-tuned model; the CLI scores it as the
+    study did; the tables put each blend against the arm it blends."""
+    from skinet.checkpoints.state_dict import normalize_state_dict_keys
+    from skinet.cli.main import main as skinet_main
+
+    def weights(path: Path) -> dict[str, torch.Tensor]:
+        state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+        return normalize_state_dict_keys(state)
+
+    [run] = (out / "tiny" / "finetune" / "runs").glob("*/metrics.json")
+    tuned = {"wise_finetune": [Path(json.loads(run.read_text())["best_checkpoint"])]}
+    tuned["wise_kfold"] = [
+        Path(json.loads((Path(json.loads(p.read_text())["run_dir"]) / "metrics.json").read_text())[
+            "best_checkpoint"
+        ])
+        for p in sorted(cv_dir.glob("results/fold_*.json"))
+    ]  # fmt: skip
+    start = weights(source)
+    records = json.loads((out / "results.json").read_text())["tiny"]
+    for arm, models in tuned.items():
+        blends = [Path(p) for p in records[arm]["blended"]]
+        assert len(blends) == len(models) and records[arm]["blend"] == 0.25
+        for blend, model in zip(blends, models, strict=True):
+            mixed, fine = weights(blend), weights(model)
+            key = next(k for k, v in fine.items() if v.is_floating_point() and v.numel() > 1)
+            assert not torch.equal(fine[key], start[key])  # fine-tuning moved it
+            for name, value in fine.items():
+                expected = 0.75 * start[name] + 0.25 * value if value.is_floating_point() else value
+                assert torch.allclose(mixed[name], expected, atol=1e-6), name
+    check = out / "tiny" / "check"
+    alone = tmp_path / "blend_alone"
+    evaluate = ["evaluate", "--checkpoint", records["wise_finetune"]["blended"][0]]
+    evaluate += ["--split", "none", "--output", str(alone)]
+    evaluate += ["--external", f"check={check / 'images'}:{check / 'masks'}"]
+    assert skinet_main(evaluate) == 0
+    with (alone / "check" / "per_image.csv").open() as rows:
+        expected = {row["id"]: float(row["jaccard"]) for row in csv.DictReader(rows)}
+    assert records["wise_finetune"]["scores"] == pytest.approx(expected)
+    text = (out / "results.md").read_text()
+    against_kfold = text.split("### Against kfold\n")[1].split("###")[0]
+    assert "| tiny | wise_kfold |" in against_kfold and "wise_finetune" not in against_kfold
 
 
 def _study(folder: Path, source_level: float, gain: float = 0.02) -> Path:
@@ -135,3 +185,39 @@ def test_pool_needs_table_and_finished_studies(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         _pooled(study, done, elsewhere)
     assert "the studies share no arm" in capsys.readouterr().err
+
+
+def test_each_blend_is_tabled_against_the_arm_it_blends(tmp_path: Path, capsys) -> None:
+    study = load_benchmark("study_clinic")
+    folder = _study(tmp_path / "model", 0.8)
+    arms = json.loads((folder / "results.json").read_text())
+    lowg = {i: v + 0.01 for i, v in arms["clinic"]["source"]["scores"].items()}
+    arms["clinic"]["lowg"] = {"threshold": 0.5, "scores": lowg}
+    blend = {i: v + 0.005 for i, v in lowg.items()}
+    arms["clinic"]["wise_lowg"] = {"threshold": 0.5, "blend": 0.5, "scores": blend}
+    (folder / "results.json").write_text(json.dumps(arms))
+    assert _pooled(study, folder) == 0
+    against_lowg = capsys.readouterr().out.split("### Against lowg\n")[1]
+    assert "| clinic | wise_lowg | 1 | 30 |" in against_lowg
+    assert "+0.0050 [+0.0050, +0.0050] | 100% | better |" in against_lowg
+    assert "| clinic | finetune |" not in against_lowg
+
+
+@pytest.mark.parametrize(
+    ("variants", "blend", "message"),
+    [
+        ("wise_finetune,finetune", "0.5", "list finetune before it"),
+        ("finetune,wise_nothing", "0.5", "unknown variant(s) ['wise_nothing']"),
+        ("finetune,wise_finetune", "1.5", "--blend 1.5"),
+    ],
+)
+def test_a_blend_needs_its_arm_first_and_a_weight_in_0_1(
+    tmp_path: Path, trained_checkpoint: Path, variants: str, blend: str, message: str
+) -> None:
+    study = load_benchmark("study_clinic")
+    argv = ["--checkpoint", str(trained_checkpoint), "--output", str(tmp_path / "study")]
+    argv += ["--variants", variants, "--blend", blend, "--source", "x=a:b"]
+    with pytest.raises(SystemExit) as exited:
+        study.main(argv)
+    assert message in str(exited.value)
+    assert not (tmp_path / "study").exists()
