@@ -111,14 +111,16 @@ def split_source(
     return folders["adapt"], folders["check"]
 
 
-def score(checkpoints: Sequence[Path], check: Path) -> dict[str, float]:
+def score(
+    checkpoints: Sequence[Path], check: Path, threshold: float | None = None
+) -> dict[str, float]:
     """Per-image Jaccard of ``checkpoints`` (a file, several: their ensemble, or a cv folder:
-    its ensemble) on the check folder."""
+    its ensemble) on the check folder, at ``threshold`` (``None``: the checkpoints' own)."""
     from skinet.evaluation.compare import score_samples
     from skinet.evaluation.mask_folders import pair_image_folder
     from skinet.inference.ensemble import build_predictor
 
-    predictor = build_predictor(list(checkpoints), device="cpu")
+    predictor = build_predictor(list(checkpoints), threshold=threshold, device="cpu")
     return score_samples(predictor, pair_image_folder(check / "images", check / "masks"), False)
 
 
@@ -232,29 +234,50 @@ def blend_arm(
 ) -> tuple[list[Path], dict[str, Any]]:
     """WiSE-FT (Wortsman et al., 2022): each model of the fine-tuning arm in ``base_dir`` with
     its weights interpolated with the source's, ``(1 - weight) * source + weight * tuned``.
-    The blends keep the rest of their checkpoints (config, threshold, the model they started
-    from) and are scored as the base arm is: alone, or as the ensemble of the folds."""
+    A weight the source lacks (a head added while fine-tuning) is kept as tuned. The blends
+    keep the rest of their checkpoints (config, the model they started from; no optimizer
+    state) and are scored as the base arm is: alone, or as the ensemble of the folds, at the
+    base arm's threshold."""
     import torch
 
+    from skinet.checkpoints.read import read_checkpoint_file
     from skinet.checkpoints.state_dict import normalize_state_dict_keys
 
-    def load(path: Path) -> dict[str, Any]:
-        return torch.load(path, map_location="cpu", weights_only=True)
-
-    if not (base_dir / SCORES_FILE).is_file():
-        raise SystemExit(f"{arm_dir.name}: run the arm {base_dir.name} first (list it before)")
-    start = normalize_state_dict_keys(load(source)["state_dict"])
+    start = normalize_state_dict_keys(read_checkpoint_file(source)["state_dict"])
+    tuned_models = fine_tuned_checkpoints(base_dir)
     blends = []
-    for k, tuned in enumerate(fine_tuned_checkpoints(base_dir), 1):
-        checkpoint = load(tuned)
+    for k, tuned in enumerate(tuned_models, 1):
+        checkpoint = read_checkpoint_file(tuned)
+        state = normalize_state_dict_keys(checkpoint["state_dict"])
+        differ = [key for key in start if key not in state or state[key].shape != start[key].shape]
+        if differ:
+            raise SystemExit(
+                f"{arm_dir.name}: {tuned} is not a fine-tuned copy of {source}: its weights "
+                f"{differ[:3]} are missing or of another shape"
+            )
         checkpoint["state_dict"] = {
-            key: torch.lerp(start[key], value, weight) if value.is_floating_point() else value
-            for key, value in normalize_state_dict_keys(checkpoint["state_dict"]).items()
+            key: torch.lerp(start[key].to(value.dtype), value, weight)
+            if key in start and value.is_floating_point()
+            else value
+            for key, value in state.items()
         }
+        for training_state in ("optimizer_states", "lr_schedulers"):
+            checkpoint.pop(training_state, None)
         blends.append(arm_dir / f"blend_{k}.ckpt")
         torch.save(checkpoint, blends[-1])
     threshold = json.loads((base_dir / SCORES_FILE).read_text())["threshold"]
-    return blends, {"threshold": threshold, "blend": weight, "blended": [str(p) for p in blends]}
+    info = {"threshold": threshold, "blend": weight, "blended_from": [str(p) for p in tuned_models]}
+    return blends, {**info, "blended": [str(p) for p in blends]}
+
+
+def is_current(record: dict[str, Any], arm: str, arm_dir: Path, blend: float) -> bool:
+    """Whether a finished arm still holds: a blend only with the same weight and the same
+    models of its base arm (a base run again, or another ``--blend``, blends again)."""
+    base = blended_base(arm)
+    if base is None:
+        return True
+    tuned = [str(p) for p in fine_tuned_checkpoints(arm_dir.parent / base)]
+    return record.get("blend") == blend and record.get("blended_from") == tuned
 
 
 def run_arm(
@@ -265,10 +288,13 @@ def run_arm(
     arm_dir = args.output / name / arm
     done = arm_dir / SCORES_FILE
     if done.is_file():
-        return json.loads(done.read_text())
+        record = json.loads(done.read_text())
+        if is_current(record, arm, arm_dir, args.blend):
+            return record
     shutil.rmtree(arm_dir, ignore_errors=True)
     arm_dir.mkdir(parents=True)
     started = time.perf_counter()
+    threshold = None  # each checkpoint's own; a cv folder's: the one its cv chose
     if arm == SOURCE:
         checkpoints, info = [args.checkpoint], {"threshold": source_threshold(args.checkpoint)}
     elif arm.startswith(CALIBRATED):
@@ -276,6 +302,7 @@ def run_arm(
         checkpoints, info = calibrate(args, adapt, arm_dir, selection)
     elif (base := blended_base(arm)) is not None:
         checkpoints, info = blend_arm(args.checkpoint, arm_dir.parent / base, arm_dir, args.blend)
+        threshold = info["threshold"]
     elif (variant := kfold_variant(arm)) is not None:
         checkpoints, info = fine_tune_folds(args, adapt, arm_dir, dict(options[variant]))
     else:
@@ -283,7 +310,7 @@ def run_arm(
         if arm == KEEP_THRESHOLD:
             overrides[KEEP_OVERRIDE] = source_threshold(args.checkpoint)
         checkpoints, info = fine_tune(args, adapt, arm_dir, overrides)
-    record = {**info, "scores": score(checkpoints, check)}
+    record = {**info, "scores": score(checkpoints, check, threshold)}
     record["wall_seconds"] = round(time.perf_counter() - started, 1)
     tmp = done.with_name(f".{SCORES_FILE}.partial")
     tmp.write_text(json.dumps(record, indent=1))
@@ -351,8 +378,15 @@ def _read_study(parser: argparse.ArgumentParser, option: str, folder: Path) -> d
     return json.loads(path.read_text())
 
 
-def checked_variants(args: argparse.Namespace, options: dict[str, Any]) -> list[str]:
-    """``--variants`` as a list; an unknown one, or a blend before its arm, ends the study."""
+def parse_variants(args: argparse.Namespace, options: dict[str, Any]) -> list[str]:
+    """``--variants`` as a list; an unknown one, a blend before its arm, a weight outside [0, 1]
+    or a ``--define`` with the name of the study's own arms ends the study."""
+    reserved = [name for name in options if blended_base(name) or kfold_variant(name)]
+    if reserved:
+        raise SystemExit(
+            f"--define {reserved}: names that start with {KFOLD} or {BLEND}_ are the study's "
+            "own arms; name the variant otherwise"
+        )
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     known = [v for v in variants if v in options or kfold_variant(v) in options]
     unknown = [v for v in variants if v not in known and blended_base(v) not in known]
@@ -395,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--checkpoint must be a checkpoint file, got {args.checkpoint}")
     from skinet.cli.arguments import external_set
 
-    variants = checked_variants(args, options)
+    variants = parse_variants(args, options)
     for text in args.source:
         source = external_set(text)
         folders = split_source(

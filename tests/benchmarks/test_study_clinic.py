@@ -68,6 +68,20 @@ def test_the_kfold_arm_scores_the_ensemble_of_its_folds(
     assert kfold["scores"] == pytest.approx(expected)
     assert "| tiny | kfold |" in (out / "results.md").read_text()
     _check_blends(out, trained_checkpoint, cv_dir, tmp_path)
+    # Again with the fine-tuned weights whole: the trained arms resume, the blends of another
+    # weight are made again, and score what their base arms score (a fold ensemble at the
+    # threshold its cv chose, not the mean of its folds').
+    assert (
+        study.main(
+            [*argv[: argv.index("--blend")], "--blend", "1.0", *argv[argv.index("--blend") + 2 :]]
+        )
+        == 0
+    )
+    again = json.loads((out / "results.json").read_text())["tiny"]
+    assert again["kfold"] == records["kfold"]
+    for base in ("finetune", "kfold"):
+        assert again[f"wise_{base}"]["blend"] == 1.0
+        assert again[f"wise_{base}"]["scores"] == pytest.approx(again[base]["scores"])
 
 
 def _check_blends(out: Path, source: Path, cv_dir: Path, tmp_path: Path) -> None:
@@ -209,6 +223,7 @@ def test_each_blend_is_tabled_against_the_arm_it_blends(tmp_path: Path, capsys) 
         ("wise_finetune,finetune", "0.5", "list finetune before it"),
         ("finetune,wise_nothing", "0.5", "unknown variant(s) ['wise_nothing']"),
         ("finetune,wise_finetune", "1.5", "--blend 1.5"),
+        ("finetune,wise_finetune", "nan", "--blend nan"),
     ],
 )
 def test_a_blend_needs_its_arm_first_and_a_weight_in_0_1(
@@ -220,4 +235,17 @@ def test_a_blend_needs_its_arm_first_and_a_weight_in_0_1(
     with pytest.raises(SystemExit) as exited:
         study.main(argv)
     assert message in str(exited.value)
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_variant_may_not_take_the_name_of_the_study_s_own_arms(
+    tmp_path: Path, trained_checkpoint: Path
+) -> None:
+    study = load_benchmark("study_clinic")
+    for name in ("wise_low", "kfold_low"):
+        argv = ["--checkpoint", str(trained_checkpoint), "--output", str(tmp_path / "study")]
+        argv += ["--define", f"{name}=TRAIN_CONFIG.lr=3e-5", "--variants", "finetune"]
+        with pytest.raises(SystemExit) as exited:
+            study.main(argv)
+        assert f"--define ['{name}']" in str(exited.value)
     assert not (tmp_path / "study").exists()

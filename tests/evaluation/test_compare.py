@@ -12,7 +12,7 @@ from tests.helpers.inference import another_source_model, rewrite_checkpoint
 
 from skinet.checkpoints.read import load_checkpoint
 from skinet.cli.main import main
-from skinet.evaluation.compare import compare_scores
+from skinet.evaluation.compare import Comparison, Row, compare_scores, comparison_table
 
 SIDE, IMAGES = 20, 12
 
@@ -104,6 +104,24 @@ def test_a_bound_that_is_not_zero_is_not_printed_as_zero(tmp_path: Path, capsys)
     line = "+0.00002 [+0.00002, +0.00002] | 100% | better"
     assert line in capsys.readouterr().out
     assert line in (output / "comparison.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (0.0, "+0.0000"),
+        (-0.0, "+0.0000"),
+        (0.0123, "+0.0123"),
+        (-0.00004, "-0.00004"),
+        (0.00005, "+0.0001"),
+        (-3e-7, "-0.0000003"),
+        (1e-17, "+1e-17"),
+    ],
+)
+def test_figures_in_the_table_show_their_sign(value: float, shown: str) -> None:
+    rows = [Row("s", "a", 1, 3, 0.8), Row("s", "b", 1, 3, 0.8, value, value, 0.01, 0.5)]
+    table = comparison_table(Comparison(rows, 0.95, 100, 0, {}))
+    assert f"| {shown} [{shown}, +0.0100] |" in table
 
 
 def test_checkpoints_and_seeds_on_a_split(trained_checkpoint: Path, tmp_path: Path) -> None:

@@ -262,10 +262,12 @@ def score_predictions(folder: Path, samples: Sequence[Sample]) -> Scores:
 def _signed(value: float) -> str:
     """``value`` with its sign and four decimals, or as many more as it takes not to show a
     bound that is not 0 as ``+0.0000`` (next to "better", that reads as a contradiction)."""
-    decimals = 4
-    if value != 0 and abs(value) < 0.5e-4:
-        decimals = -math.floor(math.log10(abs(value)))
-    return f"{value:+.{decimals}f}"
+    value += 0.0  # -0.0 prints as +0.0000
+    if value == 0 or not math.isfinite(value) or abs(value) >= 0.5e-4:
+        return f"{value:+.4f}"
+    if abs(value) < 0.5e-8:
+        return f"{value:+.0e}"  # rounding noise, not a difference anyone measured
+    return f"{value:+.{-math.floor(math.log10(abs(value)))}f}"
 
 
 def comparison_table(comparison: Comparison) -> str:
