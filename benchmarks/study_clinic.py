@@ -379,11 +379,15 @@ def _read_study(parser: argparse.ArgumentParser, option: str, folder: Path) -> d
 
 
 def parse_variants(args: argparse.Namespace, options: dict[str, Any]) -> list[str]:
-    """``--variants`` as a list; an unknown one, a blend before its arm, a weight outside [0, 1]
-    or a ``--define`` with the name of the study's own arms ends the study."""
+    """``--variants`` as a list.
+
+    Raises:
+        ValueError: An unknown variant, a blend before its arm, a weight outside [0, 1], or a
+            ``--define`` with the name of one of the study's own arms.
+    """
     reserved = [name for name in options if blended_base(name) or kfold_variant(name)]
     if reserved:
-        raise SystemExit(
+        raise ValueError(
             f"--define {reserved}: names that start with {KFOLD} or {BLEND}_ are the study's "
             "own arms; name the variant otherwise"
         )
@@ -391,12 +395,12 @@ def parse_variants(args: argparse.Namespace, options: dict[str, Any]) -> list[st
     known = [v for v in variants if v in options or kfold_variant(v) in options]
     unknown = [v for v in variants if v not in known and blended_base(v) not in known]
     if unknown:
-        raise SystemExit(f"unknown variant(s) {unknown}; see --list")
+        raise ValueError(f"unknown variant(s) {unknown}; see --list")
     for k, arm in enumerate(variants):
         if (base := blended_base(arm)) is not None and base not in variants[:k]:
-            raise SystemExit(f"{arm} blends the arm {base} with the source: list {base} before it")
+            raise ValueError(f"{arm} blends the arm {base} with the source: list {base} before it")
     if not 0.0 <= args.blend <= 1.0:
-        raise SystemExit(f"--blend {args.blend}: the weight of the fine-tuned model, in [0, 1]")
+        raise ValueError(f"--blend {args.blend}: the weight of the fine-tuned model, in [0, 1]")
     return variants
 
 
@@ -429,7 +433,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--checkpoint must be a checkpoint file, got {args.checkpoint}")
     from skinet.cli.arguments import external_set
 
-    variants = parse_variants(args, options)
+    try:
+        variants = parse_variants(args, options)
+    except ValueError as error:
+        parser.error(str(error))
     for text in args.source:
         source = external_set(text)
         folders = split_source(

@@ -227,19 +227,20 @@ def test_each_blend_is_tabled_against_the_arm_it_blends(tmp_path: Path, capsys) 
     ],
 )
 def test_a_blend_needs_its_arm_first_and_a_weight_in_0_1(
-    tmp_path: Path, trained_checkpoint: Path, variants: str, blend: str, message: str
+    tmp_path: Path, trained_checkpoint: Path, variants: str, blend: str, message: str, capsys
 ) -> None:
     study = load_benchmark("study_clinic")
     argv = ["--checkpoint", str(trained_checkpoint), "--output", str(tmp_path / "study")]
     argv += ["--variants", variants, "--blend", blend, "--source", "x=a:b"]
     with pytest.raises(SystemExit) as exited:
         study.main(argv)
-    assert message in str(exited.value)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
     assert not (tmp_path / "study").exists()
 
 
 def test_a_variant_may_not_take_the_name_of_the_study_s_own_arms(
-    tmp_path: Path, trained_checkpoint: Path
+    tmp_path: Path, trained_checkpoint: Path, capsys
 ) -> None:
     study = load_benchmark("study_clinic")
     for name in ("wise_low", "kfold_low"):
@@ -247,5 +248,6 @@ def test_a_variant_may_not_take_the_name_of_the_study_s_own_arms(
         argv += ["--define", f"{name}=TRAIN_CONFIG.lr=3e-5", "--variants", "finetune"]
         with pytest.raises(SystemExit) as exited:
             study.main(argv)
-        assert f"--define ['{name}']" in str(exited.value)
+        assert exited.value.code == 2
+        assert f"--define ['{name}']" in capsys.readouterr().err
     assert not (tmp_path / "study").exists()
