@@ -93,8 +93,6 @@ def split_source(
     from skinet.evaluation.mask_folders import pair_image_folder
 
     pairs = sorted(pair_image_folder(images, masks), key=lambda s: s.id)
-    if len(pairs) <= adapt:
-        raise SystemExit(f"--source {name}: {len(pairs)} pairs, need more than --adapt {adapt}")
     order = np.random.default_rng(seed).permutation(len(pairs))
     chosen = {pairs[i].id for i in order[:adapt]}
     folders = {"adapt": output / name / "adapt", "check": output / name / "check"}
@@ -328,9 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, help="the source model")
     parser.add_argument("--output", type=Path, required=True, help="folder of the study")
+    from skinet.cli.arguments import external_set
+
     parser.add_argument(
         "--source",
         action="append",
+        type=external_set,
         default=[],
         metavar="NAME=IMAGES:MASKS",
         help="the labelled images of one source (repeatable)",
@@ -404,6 +405,26 @@ def parse_variants(args: argparse.Namespace, options: dict[str, Any]) -> list[st
     return variants
 
 
+def check_sources(sources: Sequence[Any], adapt: int) -> None:
+    """Every ``--source`` has more labelled pairs than ``--adapt``, before any is split.
+
+    Raises:
+        ValueError: A source with too few pairs, or none.
+    """
+    from skinet.evaluation.mask_folders import pair_image_folder
+    from skinet.imaging.errors import DatasetError
+
+    for source in sources:
+        try:
+            pairs = len(pair_image_folder(source.images, source.masks))
+        except DatasetError as error:
+            raise ValueError(f"--source {source.name}: {error}") from None
+        if pairs <= adapt:
+            raise ValueError(
+                f"--source {source.name}: {pairs} labelled pairs, need more than --adapt {adapt}"
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -430,15 +451,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.loads(results_path.read_text()) if results_path.is_file() else {}
     )
     if args.checkpoint is None or not args.checkpoint.is_file():
-        raise SystemExit(f"--checkpoint must be a checkpoint file, got {args.checkpoint}")
-    from skinet.cli.arguments import external_set
-
+        parser.error(f"--checkpoint must be a checkpoint file, got {args.checkpoint}")
     try:
         variants = parse_variants(args, options)
+        check_sources(args.source, args.adapt)
     except ValueError as error:
         parser.error(str(error))
-    for text in args.source:
-        source = external_set(text)
+    for source in args.source:
         folders = split_source(
             source.name, source.images, source.masks, args.output, args.adapt, args.split_seed
         )

@@ -227,11 +227,18 @@ def test_each_blend_is_tabled_against_the_arm_it_blends(tmp_path: Path, capsys) 
     ],
 )
 def test_a_blend_needs_its_arm_first_and_a_weight_in_0_1(
-    tmp_path: Path, trained_checkpoint: Path, variants: str, blend: str, message: str, capsys
+    tmp_path: Path,
+    trained_checkpoint: Path,
+    folder_tree: Path,
+    variants: str,
+    blend: str,
+    message: str,
+    capsys,
 ) -> None:
     study = load_benchmark("study_clinic")
     argv = ["--checkpoint", str(trained_checkpoint), "--output", str(tmp_path / "study")]
-    argv += ["--variants", variants, "--blend", blend, "--source", "x=a:b"]
+    argv += ["--variants", variants, "--blend", blend]
+    argv += ["--source", f"tiny={folder_tree / 'images'}:{folder_tree / 'masks'}"]
     with pytest.raises(SystemExit) as exited:
         study.main(argv)
     assert exited.value.code == 2
@@ -250,4 +257,23 @@ def test_a_variant_may_not_take_the_name_of_the_study_s_own_arms(
             study.main(argv)
         assert exited.value.code == 2
         assert f"--define ['{name}']" in capsys.readouterr().err
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_bad_checkpoint_or_source_is_a_usage_error_before_anything_is_written(
+    tmp_path: Path, trained_checkpoint: Path, folder_tree: Path, capsys
+) -> None:
+    study = load_benchmark("study_clinic")
+    good = f"tiny={folder_tree / 'images'}:{folder_tree / 'masks'}"
+    cases = [
+        (["--checkpoint", str(tmp_path / "missing.ckpt"), "--source", good], "--checkpoint"),
+        (["--checkpoint", str(trained_checkpoint), "--source", "tiny=nowhere"], "NAME=IMAGES"),
+        (["--checkpoint", str(trained_checkpoint), "--source", good, "--adapt", "500"],
+         "need more than --adapt 500"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as exited:
+            study.main(["--output", str(tmp_path / "study"), *argv])
+        assert exited.value.code == 2
+        assert message in capsys.readouterr().err
     assert not (tmp_path / "study").exists()
