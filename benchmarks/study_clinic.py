@@ -86,13 +86,10 @@ KFOLD = "kfold"
 
 
 def split_source(
-    name: str, images: Path, masks: Path, output: Path, adapt: int, seed: int
+    name: str, pairs: Sequence[Any], output: Path, adapt: int, seed: int
 ) -> tuple[Path, Path]:
-    """Link ``adapt`` random pairs into ``OUTPUT/<name>/adapt`` and the rest into ``check``
-    (``images/<id>.<ext>``, ``masks/<id>_mask.png``); the two folders."""
-    from skinet.evaluation.mask_folders import pair_image_folder
-
-    pairs = sorted(pair_image_folder(images, masks), key=lambda s: s.id)
+    """Link ``adapt`` random ``pairs`` (in ID order) into ``OUTPUT/<name>/adapt`` and the rest
+    into ``check`` (``images/<id>.<ext>``, ``masks/<id>_mask.png``); the two folders."""
     order = np.random.default_rng(seed).permutation(len(pairs))
     chosen = {pairs[i].id for i in order[:adapt]}
     folders = {"adapt": output / name / "adapt", "check": output / name / "check"}
@@ -177,11 +174,7 @@ def fine_tune_folds(
     cv_dirs = sorted((arm_dir / "runs").glob("cv_*"))
     if code != 0 or not cv_dirs:
         raise RuntimeError(f"skinet cv exited {code}; see {arm_dir / 'train.log'}")
-    results = sorted(cv_dirs[0].glob("results/fold_*.json"))
-    runs = [
-        json.loads((Path(json.loads(p.read_text())["run_dir"]) / "metrics.json").read_text())
-        for p in results
-    ]
+    runs = trained_runs(arm_dir)
     thresholds = [run["metrics"]["val_optimal_threshold"] for run in runs]
     chosen = json.loads((cv_dirs[0] / "cv_results.json").read_text()).get("ensemble_threshold")
     info = {
@@ -200,10 +193,10 @@ def fine_tune(
 ) -> tuple[list[Path], dict[str, Any]]:
     """``skinet train --config configs/clinic.yaml --init-from CKPT`` on the adapt images."""
     code = _skinet(args, ["train", "--no-visualize"], adapt, arm_dir, overrides)
-    runs = sorted((arm_dir / "runs").glob("*/metrics.json"), key=lambda p: p.stat().st_mtime)
+    runs = trained_runs(arm_dir)
     if code != 0 or not runs:
         raise RuntimeError(f"skinet train exited {code}; see {arm_dir / 'train.log'}")
-    trained = json.loads(runs[-1].read_text())
+    trained = runs[-1]
     metrics = trained.get("metrics", {})
     info = {
         "epochs": trained.get("epochs_trained"),
@@ -215,16 +208,22 @@ def fine_tune(
     return [Path(trained["best_checkpoint"])], info
 
 
-def fine_tuned_checkpoints(arm_dir: Path) -> list[Path]:
-    """The best checkpoint of each model a fine-tuning arm trained: its run's, or each fold's."""
+def trained_runs(arm_dir: Path) -> list[dict[str, Any]]:
+    """The ``metrics.json`` of each model a fine-tuning arm trained: each fold's of its cv, or
+    its latest run's."""
     cv_dirs = sorted((arm_dir / "runs").glob("cv_*"))
     if cv_dirs:
         folds = sorted(cv_dirs[0].glob("results/fold_*.json"))
-        runs = [Path(json.loads(p.read_text())["run_dir"]) / "metrics.json" for p in folds]
+        paths = [Path(json.loads(p.read_text())["run_dir"]) / "metrics.json" for p in folds]
     else:
         trained = (arm_dir / "runs").glob("*/metrics.json")
-        runs = sorted(trained, key=lambda p: p.stat().st_mtime)[-1:]
-    return [Path(json.loads(run.read_text())["best_checkpoint"]) for run in runs]
+        paths = sorted(trained, key=lambda p: p.stat().st_mtime)[-1:]
+    return [json.loads(path.read_text()) for path in paths]
+
+
+def fine_tuned_checkpoints(arm_dir: Path) -> list[Path]:
+    """The best checkpoint of each model a fine-tuning arm trained: its run's, or each fold's."""
+    return [Path(run["best_checkpoint"]) for run in trained_runs(arm_dir)]
 
 
 def blend_arm(
@@ -323,11 +322,11 @@ def source_threshold(checkpoint: Path) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from skinet.cli.arguments import external_set
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, help="the source model")
     parser.add_argument("--output", type=Path, required=True, help="folder of the study")
-    from skinet.cli.arguments import external_set
-
     parser.add_argument(
         "--source",
         action="append",
@@ -405,8 +404,9 @@ def parse_variants(args: argparse.Namespace, options: dict[str, Any]) -> list[st
     return variants
 
 
-def check_sources(sources: Sequence[Any], adapt: int) -> None:
-    """Every ``--source`` has more labelled pairs than ``--adapt``, before any is split.
+def paired_sources(sources: Sequence[Any], adapt: int) -> dict[str, list[Any]]:
+    """The labelled pairs of every ``--source`` in ID order, each checked to have more than
+    ``--adapt`` before any is split.
 
     Raises:
         ValueError: A source with too few pairs, or none.
@@ -414,15 +414,19 @@ def check_sources(sources: Sequence[Any], adapt: int) -> None:
     from skinet.evaluation.mask_folders import pair_image_folder
     from skinet.imaging.errors import DatasetError
 
+    paired = {}
     for source in sources:
         try:
-            pairs = len(pair_image_folder(source.images, source.masks))
+            pairs = sorted(pair_image_folder(source.images, source.masks), key=lambda s: s.id)
         except DatasetError as error:
             raise ValueError(f"--source {source.name}: {error}") from None
-        if pairs <= adapt:
+        if len(pairs) <= adapt:
             raise ValueError(
-                f"--source {source.name}: {pairs} labelled pairs, need more than --adapt {adapt}"
+                f"--source {source.name}: {len(pairs)} labelled pairs, need more than --adapt "
+                f"{adapt}"
             )
+        paired[source.name] = pairs
+    return paired
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -454,12 +458,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--checkpoint must be a checkpoint file, got {args.checkpoint}")
     try:
         variants = parse_variants(args, options)
-        check_sources(args.source, args.adapt)
+        paired = paired_sources(args.source, args.adapt)
     except ValueError as error:
         parser.error(str(error))
     for source in args.source:
         folders = split_source(
-            source.name, source.images, source.masks, args.output, args.adapt, args.split_seed
+            source.name, paired[source.name], args.output, args.adapt, args.split_seed
         )
         extra = [f"{CALIBRATED}_{c.strip()}" for c in args.calibrations.split(",") if c.strip()]
         for arm in (SOURCE, CALIBRATED, *extra, *variants):
