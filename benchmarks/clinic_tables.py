@@ -13,6 +13,11 @@ SOURCE, CALIBRATED = "source", "calibrated"
 SHIPPED = "finetune"  # configs/clinic.yaml as it is
 BLEND = "wise"
 """``wise_<arm>``: ``<arm>``'s fine-tuned weights interpolated with the source's."""
+FLIPS = "flips"
+"""``calibrated_flips``: the guarded calibration deciding flips as well (``--tune-tta``);
+``source_flips``: the source model with flips on every image."""
+DERIVED = {f"{CALIBRATED}_{FLIPS}": f"{CALIBRATED}_guarded"}
+"""An arm tabled against the arm it adds one thing to."""
 
 
 def blended_base(arm: str) -> str | None:
@@ -20,13 +25,19 @@ def blended_base(arm: str) -> str | None:
     return arm.removeprefix(f"{BLEND}_") if arm.startswith(f"{BLEND}_") else None
 
 
+def derived_from(arm: str) -> str | None:
+    """The arm ``arm`` is tabled against besides the references: a blend's base, the guarded
+    calibration for the one that decides flips too (``None``: none)."""
+    return blended_base(arm) or DERIVED.get(arm)
+
+
 def tables(studies: Sequence[dict[str, dict[str, dict[str, Any]]]]) -> str:
-    """The arms against ``source``, ``calibrated`` and ``finetune``, and each ``wise_<arm>``
-    against ``<arm>``, per source and over the sources. Several studies (another source model
-    each, the same sources) are pooled: each source model is a run of every arm, and a run's
-    arms are resampled together. Studies of one
-    source model (the same ``source`` scores: another fine-tuning seed) are averaged per image
-    into one run, so that no source model counts twice.
+    """The arms against ``source``, ``calibrated`` and ``finetune``, each ``wise_<arm>``
+    against ``<arm>`` and ``calibrated_flips`` against ``calibrated_guarded``, per source and
+    over the sources. Several studies (another source model each, the same sources) are
+    pooled: each source model is a run of every arm, and a run's arms are resampled together.
+    Studies of one source model (the same ``source`` scores: another fine-tuning seed) are
+    averaged per image into one run, so that no source model counts twice.
 
     Raises:
         ValueError: The studies share no source, or no arm.
@@ -62,14 +73,15 @@ def tables(studies: Sequence[dict[str, dict[str, dict[str, Any]]]]) -> str:
     if left_out:
         text += f"\nLeft out, not in every study: {', '.join(left_out)}.\n"
     # The variants against the shipped fine-tuning too: is any of them a better recipe? And
-    # each blend against the arm it blends: does interpolating with the source help it?
+    # each blend against the arm it blends: does interpolating with the source help it? (And
+    # the calibration that decides flips against the one that does not.)
     against = {
         reference: [arm for arm in arms if arm != reference]
         for reference in (SOURCE, CALIBRATED, SHIPPED)
         if reference in arms
     }
     for arm in arms:
-        if (base := blended_base(arm)) in arms and arm not in against.setdefault(base, []):
+        if (base := derived_from(arm)) in arms and arm not in against.setdefault(base, []):
             against[base].append(arm)
     for reference, others in against.items():
         order = [reference, *others]

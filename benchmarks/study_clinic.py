@@ -18,7 +18,9 @@ the model, the rest are the check set. Every arm is scored on the check set only
 - ``source``: the checkpoint as it is;
 - ``calibrated``: ``skinet evaluate --tune-threshold --save-calibrated`` on the adapt images
   (``calibrated_per_image`` and ``calibrated_guarded`` with that ``--threshold-selection``, as
-  extra arms: ``--calibrations``);
+  extra arms: ``--calibrations``; ``calibrated_flips``: ``guarded`` with ``--tune-tta``, flips
+  at prediction time decided on the adapt images too, beside ``source_flips``, the source
+  model with flips on every image);
 - every fine-tuning variant: ``skinet train --config configs/clinic.yaml --init-from CKPT`` on
   the adapt images (its ``val_fraction`` keeps some of them to choose the epoch and the
   threshold) with the variant's overrides (``--list`` shows them);
@@ -32,7 +34,8 @@ the model, the rest are the check set. Every arm is scored on the check set only
   ``(1 - w) * source + w * fine-tuned``, ``w = --blend``, default 0.5), nothing retrained.
 
 The tables compare every arm with ``source``, with ``calibrated`` and with ``finetune`` (the
-shipped config), and each ``wise_<arm>`` with ``<arm>``: mean per-image Jaccard and paired
+shipped config), each ``wise_<arm>`` with ``<arm>`` and ``calibrated_flips`` with
+``calibrated_guarded``: mean per-image Jaccard and paired
 bootstrap intervals (``skinet compare``'s statistics), per source and over the mean of the
 sources; pooled studies (``--pool``) resample the source models as well, each source model's
 arms together. Resumable: each arm's per-image scores are kept in
@@ -57,10 +60,19 @@ import numpy as np
 from skinet.runtime.allocator import MALLOC_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from clinic_tables import BLEND, CALIBRATED, SHIPPED, SOURCE, blended_base, tables  # noqa: E402
+from clinic_args import (  # noqa: E402
+    KFOLD,
+    SOURCE_FLIPS,
+    build_parser,
+    kfold_variant,
+    paired_sources,
+    parse_calibrations,
+    parse_variants,
+    read_study,
+)
+from clinic_tables import BLEND, CALIBRATED, FLIPS, SHIPPED, SOURCE, blended_base, tables  # noqa: E402
 from study_cells import parse_definitions  # noqa: E402  (the same --define syntax)
 
-REPO = Path(__file__).resolve().parents[1]
 KEEP_THRESHOLD = "keep_threshold"
 KEEP_OVERRIDE = "TRAIN_CONFIG.optimal_threshold"
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -82,7 +94,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 """Fine-tuning variant -> config overrides on top of ``configs/clinic.yaml``."""
 SCORES_FILE = "scores.json"
-KFOLD = "kfold"
 
 
 def split_source(
@@ -107,34 +118,42 @@ def split_source(
 
 
 def score(
-    checkpoints: Sequence[Path], check: Path, threshold: float | None = None
+    checkpoints: Sequence[Path],
+    check: Path,
+    threshold: float | None = None,
+    tta: bool | None = None,
 ) -> dict[str, float]:
     """Per-image Jaccard of ``checkpoints`` (a file, several: their ensemble, or a cv folder:
-    its ensemble) on the check folder, at ``threshold`` (``None``: the checkpoints' own)."""
+    its ensemble) on the check folder, at ``threshold`` (``None``: the checkpoints' own), with
+    flips if ``tta`` (``None``: as a calibrated checkpoint chose)."""
     from skinet.evaluation.compare import score_samples
     from skinet.evaluation.mask_folders import pair_image_folder
     from skinet.inference.ensemble import build_predictor
 
-    predictor = build_predictor(list(checkpoints), threshold=threshold, device="cpu")
+    predictor = build_predictor(list(checkpoints), threshold=threshold, device="cpu", tta=tta)
     return score_samples(predictor, pair_image_folder(check / "images", check / "masks"), False)
 
 
 def calibrate(
     args: argparse.Namespace, adapt: Path, arm_dir: Path, selection: str
 ) -> tuple[list[Path], dict[str, Any]]:
-    """``skinet evaluate --tune-threshold --save-calibrated`` on the adapt images."""
+    """``skinet evaluate --tune-threshold --save-calibrated`` on the adapt images (``flips``:
+    ``guarded`` deciding flips too, ``--tune-tta``)."""
     from skinet.cli.main import main as skinet_main
 
     calibrated = arm_dir / "calibrated.ckpt"
     command = ["evaluate", "--checkpoint", str(args.checkpoint), "--images", str(adapt / "images")]
     command += ["--masks", str(adapt / "masks"), "--tune-threshold", "--gallery", "0"]
-    command += ["--threshold-selection", selection]
+    if selection == FLIPS:
+        command += ["--threshold-selection", "guarded", "--tune-tta"]
+    else:
+        command += ["--threshold-selection", selection]
     command += ["--save-calibrated", str(calibrated), "--output", str(arm_dir / "evaluate")]
     code = skinet_main(command)
     if code not in (0, 1) or not calibrated.is_file():
         raise RuntimeError(f"skinet evaluate --save-calibrated exited {code}")
     summary = json.loads((arm_dir / "evaluate" / "summary.json").read_text())
-    return [calibrated], {"threshold": summary.get("threshold")}
+    return [calibrated], {"threshold": summary.get("threshold"), "tta": summary.get("tta")}
 
 
 def _skinet(
@@ -157,13 +176,6 @@ def _skinet(
         return subprocess.run(
             command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **MALLOC_ENV}
         ).returncode
-
-
-def kfold_variant(arm: str) -> str | None:
-    """The fine-tuning variant of a ``kfold`` or ``kfold_<variant>`` arm (``None``: neither)."""
-    if arm == KFOLD:
-        return SHIPPED
-    return arm.removeprefix(f"{KFOLD}_") if arm.startswith(f"{KFOLD}_") else None
 
 
 def fine_tune_folds(
@@ -292,8 +304,10 @@ def run_arm(
     arm_dir.mkdir(parents=True)
     started = time.perf_counter()
     threshold = None  # each checkpoint's own; a cv folder's: the one its cv chose
-    if arm == SOURCE:
+    tta = None  # as a calibration chose
+    if arm in (SOURCE, SOURCE_FLIPS):
         checkpoints, info = [args.checkpoint], {"threshold": source_threshold(args.checkpoint)}
+        tta = arm == SOURCE_FLIPS
     elif arm.startswith(CALIBRATED):
         selection = arm.removeprefix(CALIBRATED).lstrip("_") or "pooled_dice"
         checkpoints, info = calibrate(args, adapt, arm_dir, selection)
@@ -307,7 +321,7 @@ def run_arm(
         if arm == KEEP_THRESHOLD:
             overrides[KEEP_OVERRIDE] = source_threshold(args.checkpoint)
         checkpoints, info = fine_tune(args, adapt, arm_dir, overrides)
-    record = {**info, "scores": score(checkpoints, check, threshold)}
+    record = {**info, "scores": score(checkpoints, check, threshold, tta)}
     record["wall_seconds"] = round(time.perf_counter() - started, 1)
     tmp = done.with_name(f".{SCORES_FILE}.partial")
     tmp.write_text(json.dumps(record, indent=1))
@@ -321,116 +335,8 @@ def source_threshold(checkpoint: Path) -> float:
     return float(load_checkpoint(checkpoint).threshold)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from skinet.cli.arguments import external_set
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", type=Path, help="the source model")
-    parser.add_argument("--output", type=Path, required=True, help="folder of the study")
-    parser.add_argument(
-        "--source",
-        action="append",
-        type=external_set,
-        default=[],
-        metavar="NAME=IMAGES:MASKS",
-        help="the labelled images of one source (repeatable)",
-    )
-    parser.add_argument(
-        "--config", type=Path, default=REPO / "configs" / "clinic.yaml", help="fine-tuning config"
-    )
-    parser.add_argument("--variants", default="finetune", help="comma-separated variants")
-    parser.add_argument(
-        "--calibrations",
-        default="",
-        help="more calibration arms: comma-separated per_image, guarded",
-    )
-    parser.add_argument(
-        "--define", action="append", default=[], metavar="NAME=SECTION.KEY=VALUE[;...]"
-    )
-    parser.add_argument("--adapt", type=int, default=50, help="adapt images per source")
-    parser.add_argument("--split-seed", type=int, default=0, help="seed of the adapt/check split")
-    parser.add_argument("--seed", type=int, default=42, help="TRAIN_CONFIG.seed of fine-tuning")
-    parser.add_argument("--folds", type=int, default=5, help="folds of the kfold variant")
-    parser.add_argument(
-        "--blend",
-        type=float,
-        default=0.5,
-        help="wise_<arm>: the weight of the fine-tuned model, 1 - it the source's (default 0.5)",
-    )
-    parser.add_argument("--list", action="store_true", help="list the variants and exit")
-    parser.add_argument("--table", action="store_true", help="print the tables and exit")
-    parser.add_argument(
-        "--pool",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="STUDY",
-        help="with --table: pool these studies with --output's (the same sources and arms, "
-        "another source model each); a source model's arms are resampled together",
-    )
-    return parser
-
-
-def _read_study(parser: argparse.ArgumentParser, option: str, folder: Path) -> dict[str, Any]:
-    path = folder / "results.json"
-    if not path.is_file():
-        parser.error(f"{option} {folder}: no {path.name} (is it a study_clinic.py output?)")
-    return json.loads(path.read_text())
-
-
-def parse_variants(args: argparse.Namespace, options: dict[str, Any]) -> list[str]:
-    """``--variants`` as a list.
-
-    Raises:
-        ValueError: An unknown variant, a blend before its arm, a weight outside [0, 1], or a
-            ``--define`` with the name of one of the study's own arms.
-    """
-    reserved = [name for name in options if blended_base(name) or kfold_variant(name)]
-    if reserved:
-        raise ValueError(
-            f"--define {reserved}: names that start with {KFOLD} or {BLEND}_ are the study's "
-            "own arms; name the variant otherwise"
-        )
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    known = [v for v in variants if v in options or kfold_variant(v) in options]
-    unknown = [v for v in variants if v not in known and blended_base(v) not in known]
-    if unknown:
-        raise ValueError(f"unknown variant(s) {unknown}; see --list")
-    for k, arm in enumerate(variants):
-        if (base := blended_base(arm)) is not None and base not in variants[:k]:
-            raise ValueError(f"{arm} blends the arm {base} with the source: list {base} before it")
-    if not 0.0 <= args.blend <= 1.0:
-        raise ValueError(f"--blend {args.blend}: the weight of the fine-tuned model, in [0, 1]")
-    return variants
-
-
-def paired_sources(sources: Sequence[Any], adapt: int) -> dict[str, list[Any]]:
-    """The labelled pairs of every ``--source`` in ID order, each checked to have more than
-    ``--adapt`` before any is split.
-
-    Raises:
-        ValueError: A source with too few pairs, or none.
-    """
-    from skinet.evaluation.mask_folders import pair_image_folder
-    from skinet.imaging.errors import DatasetError
-
-    paired = {}
-    for source in sources:
-        try:
-            pairs = sorted(pair_image_folder(source.images, source.masks), key=lambda s: s.id)
-        except DatasetError as error:
-            raise ValueError(f"--source {source.name}: {error}") from None
-        if len(pairs) <= adapt:
-            raise ValueError(
-                f"--source {source.name}: {len(pairs)} labelled pairs, need more than --adapt "
-                f"{adapt}"
-            )
-        paired[source.name] = pairs
-    return paired
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(__doc__.split("\n\n")[0])
     args = parser.parse_args(argv)
     options = {**VARIANTS, **parse_definitions(args.define)}
     if args.list:
@@ -441,8 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{BLEND}_<arm>: <arm>'s fine-tuned weights blended with the source's (--blend)")
         return 0
     if args.table:
-        studies = [_read_study(parser, "--output", args.output)]
-        studies += [_read_study(parser, "--pool", folder) for folder in args.pool]
+        studies = [read_study(parser, "--output", args.output)]
+        studies += [read_study(parser, "--pool", folder) for folder in args.pool]
         try:
             print(tables(studies))
         except ValueError as error:
@@ -458,6 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--checkpoint must be a checkpoint file, got {args.checkpoint}")
     try:
         variants = parse_variants(args, options)
+        calibrations = parse_calibrations(args.calibrations)
         paired = paired_sources(args.source, args.adapt)
     except ValueError as error:
         parser.error(str(error))
@@ -465,8 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         folders = split_source(
             source.name, paired[source.name], args.output, args.adapt, args.split_seed
         )
-        extra = [f"{CALIBRATED}_{c.strip()}" for c in args.calibrations.split(",") if c.strip()]
-        for arm in (SOURCE, CALIBRATED, *extra, *variants):
+        for arm in (SOURCE, CALIBRATED, *calibrations, *variants):
             print(f"[run]  {source.name}/{arm} ...", flush=True)
             record = run_arm(args, source.name, folders, arm, options)
             records.setdefault(source.name, {})[arm] = record

@@ -277,3 +277,71 @@ def test_a_bad_checkpoint_or_source_is_a_usage_error_before_anything_is_written(
         assert exited.value.code == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "study").exists()
+
+
+def test_the_calibration_that_decides_flips_is_tabled_against_the_guarded_one(
+    tmp_path: Path, trained_checkpoint: Path, folder_tree: Path, capsys
+) -> None:
+    from skinet.evaluation.compare import score_samples
+    from skinet.evaluation.mask_folders import pair_image_folder
+    from skinet.inference.predictor import Predictor
+
+    study = load_benchmark("study_clinic")
+    out = tmp_path / "study"
+    argv = ["--checkpoint", str(trained_checkpoint), "--output", str(out), "--variants", ""]
+    argv += ["--source", f"tiny={folder_tree / 'images'}:{folder_tree / 'masks'}"]
+    argv += ["--adapt", "6", "--calibrations", "guarded,flips"]
+    assert study.main(argv) == 0
+    records = json.loads((out / "results.json").read_text())["tiny"]
+    assert list(records) == [
+        "source", "calibrated", "calibrated_guarded", "calibrated_flips", "source_flips"
+    ]  # fmt: skip
+    flips = records["calibrated_flips"]
+    from skinet.checkpoints.read import load_checkpoint
+
+    calibrated = load_checkpoint(out / "tiny" / "calibrated_flips" / "calibrated.ckpt")
+    assert isinstance(flips["tta"], bool) and flips["tta"] == calibrated.tta
+    # The arm is scored as its checkpoint predicts: with flips exactly when it chose them.
+    check = pair_image_folder(out / "tiny" / "check" / "images", out / "tiny" / "check" / "masks")
+    for arm, tta in (("source_flips", True), ("source", False)):
+        predictor = Predictor.from_checkpoint(trained_checkpoint, device="cpu", tta=tta)
+        assert records[arm]["scores"] == score_samples(predictor, check, False)
+    text = capsys.readouterr().out
+    against = text.split("### Against calibrated_guarded\n")[1]
+    assert "| tiny | calibrated_flips |" in against and "source_flips" not in against
+    assert "| tiny | source_flips |" in text.split("### Against source\n")[1]
+
+
+def test_an_unknown_calibration_is_a_usage_error(
+    tmp_path: Path, trained_checkpoint: Path, folder_tree: Path, capsys
+) -> None:
+    study = load_benchmark("study_clinic")
+    argv = ["--checkpoint", str(trained_checkpoint), "--output", str(tmp_path / "study")]
+    argv += ["--source", f"tiny={folder_tree / 'images'}:{folder_tree / 'masks'}"]
+    with pytest.raises(SystemExit) as exited:
+        study.main([*argv, "--calibrations", "guarded,tta"])
+    assert exited.value.code == 2
+    message = "--calibrations ['tta']: choose from per_image, guarded, flips"
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_blend_refuses_a_model_that_is_not_a_fine_tuned_copy_of_the_source(
+    tmp_path: Path, trained_checkpoint: Path
+) -> None:
+    study = load_benchmark("study_clinic")
+    raw = torch.load(trained_checkpoint, weights_only=False)
+    name = next(key for key, value in raw["state_dict"].items() if value.ndim == 4)
+    raw["state_dict"][name] = torch.zeros(1, 1, 1, 1)  # another architecture's layer
+    other = tmp_path / "other.ckpt"
+    torch.save(raw, other)
+    base = tmp_path / "finetune"
+    (base / "runs" / "run").mkdir(parents=True)
+    (base / "runs" / "run" / "metrics.json").write_text(json.dumps({"best_checkpoint": str(other)}))
+    (base / "scores.json").write_text(json.dumps({"threshold": 0.5, "scores": {}}))
+    arm = tmp_path / "wise_finetune"
+    arm.mkdir()
+    with pytest.raises(SystemExit, match="is not a fine-tuned copy of") as refused:
+        study.blend_arm(trained_checkpoint, base, arm, 0.5)
+    assert str(other) in str(refused.value) and str(trained_checkpoint) in str(refused.value)
+    assert not list(arm.iterdir())  # nothing blended

@@ -92,6 +92,11 @@ def _calibration(raw: Any, source: str) -> dict[str, Any] | None:
             f"{source}: checkpoint['{CHECKPOINT_KEY}']['calibration'] must be a mapping with a "
             f"threshold in [0, 1], got {raw!r}"
         )
+    if not isinstance(raw.get("tta", False), bool):
+        raise CheckpointError(
+            f"{source}: checkpoint['{CHECKPOINT_KEY}']['calibration']['tta'] must be true or "
+            f"false (whether to predict with flips), got {raw['tta']!r}"
+        )
     return dict(raw)
 
 
@@ -143,7 +148,8 @@ class CheckpointPayload:
         format_version: The format the payload was written in (see the module docs).
         calibration: The threshold tuned on one's own images and where
             (``threshold``, ``tuned_on``, ``num_images``, ``pooled_dice``, ``source_checkpoint``,
-            ``created``); ``None`` for an uncalibrated checkpoint.
+            ``created``; ``tta`` and its gain when ``--tune-tta`` decided flips at prediction
+            time); ``None`` for an uncalibrated checkpoint.
         resolved: What the config's automatic values (accelerator, precision, workers, world
             size) resolved to on the machine that wrote the checkpoint; informative only, a
             resumed run resolves them again.
@@ -165,6 +171,11 @@ class CheckpointPayload:
         if self.calibration is not None:
             return calibrated_threshold(self.calibration)
         return self.trained_threshold
+
+    @property
+    def tta(self) -> bool:
+        """Whether to predict with flips: what a calibration's ``--tune-tta`` chose (else no)."""
+        return bool((self.calibration or {}).get("tta", False))
 
     @property
     def trained_threshold(self) -> Threshold:

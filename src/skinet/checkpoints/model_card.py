@@ -11,7 +11,7 @@ import math
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,10 +136,31 @@ def calibration_section(calibration: Mapping[str, Any]) -> str:
             f"- Calibrated from `{calibration.get('source_checkpoint', 'n/a')}`, whose own "
             f"threshold is {_figure(calibration.get('source_threshold'))}; the weights are "
             "unchanged.",
+            *_flips_lines(calibration),
             "- Scores on the images the threshold was tuned on are optimistic: check it with "
             "`skinet evaluate` on other labelled images of the same clinic.",
         ]
     )
+
+
+def _flips_lines(calibration: Mapping[str, Any]) -> list[str]:
+    """The card's line on flips at prediction time, when ``--tune-tta`` decided them."""
+    if "tta" not in calibration:
+        return []
+    gain = calibration.get("tta_gain")
+    interval: Sequence[float] = calibration.get("tta_interval") or []
+    figure = (
+        f" (mean per-image Jaccard {gain:+.4f} [{interval[0]:+.4f}, {interval[1]:+.4f}] there)"
+        if isinstance(gain, float) and len(interval) == 2
+        else ""
+    )
+    if calibration["tta"]:
+        why = f"chosen by `--tune-tta`{figure}" if figure else "as the threshold was tuned"
+        return [
+            f"- Flips at prediction time **on**, {why}: predict and evaluate average four "
+            "flipped views (`--no-tta` turns them off); an export is one view."
+        ]
+    return [f"- Flips at prediction time off: `--tune-tta` found no clear gain{figure}."]
 
 
 def invoked_command() -> str:

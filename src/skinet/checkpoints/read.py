@@ -68,6 +68,12 @@ class SkinetCheckpoint:
         """The value of :attr:`threshold_choice` (calibrated, else the training run's, else 0.5)."""
         return self.payload.threshold
 
+    @property
+    def tta(self) -> bool:
+        """Whether to predict with flips (:attr:`CheckpointPayload.tta
+        <skinet.checkpoints.format.CheckpointPayload.tta>`)."""
+        return self.payload.tta
+
 
 def _safe_load(path: Path, map_location: str | torch.device) -> Any:
     if not zipfile.is_zipfile(path):

@@ -42,6 +42,9 @@ TUNING_RECORD_KEYS = (
     "source_checkpoint",
     "source_threshold",
     "created",
+    "tta",
+    "tta_gain",
+    "tta_interval",
 )
 """What the JSON records keep of a tuned threshold's record (``Threshold.calibration``)."""
 
@@ -81,7 +84,8 @@ class Threshold:
         if self.source == "calibrated":
             calibration = self.calibration or {}
             where = calibration.get("tuned_on", "labelled images")
-            return f"calibrated on {where}, {calibration.get('num_images', '?')} images"
+            flips = ", with flips" if calibration.get("tta") else ""
+            return f"calibrated on {where}, {calibration.get('num_images', '?')} images{flips}"
         if self.source == "fixed":
             return GIVEN if self.set_by == GIVEN else "fixed by the checkpoint's TRAIN_CONFIG"
         if self.source == "validation sweep":

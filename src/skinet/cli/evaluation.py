@@ -45,10 +45,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     main_name, main_samples, *_ = sets[0]
     tuned_on = None
     if args.tune_threshold:
-        tuned = _tune_threshold(predictor, main_samples, main_name, args)
+        tuned, flips = _tune_threshold(predictor, main_samples, main_name, args)
         tuned_on = _tuning_set(args) or args.split
         if args.save_calibrated is not None:
-            _save_calibrated(args, predictor, tuned, main_name)
+            _save_calibrated(args, predictor, tuned, main_name, flips)
     codes, summaries = [], {}
     split_scored = args.images is None and args.split != "none"  # the first set is a split
     _clear_reports(args.output)  # an earlier run's gallery or sets would look like this run's
@@ -80,6 +80,14 @@ def _clear_reports(output: Path) -> None:
 def _check_evaluate_options(args: argparse.Namespace) -> None:
     """Refuse a combination of ``evaluate`` options that cannot run (usage errors, exit 2)."""
     _check_sources(args)
+    if args.tune_threshold and args.threshold is not None:
+        raise UsageError("--tune-threshold picks the threshold: do not give --threshold too")
+    if args.tune_tta and not args.tune_threshold:
+        raise UsageError(
+            "--tune-tta decides flips together with the threshold: add --tune-threshold"
+        )
+    if args.tune_tta and args.tta is not None:
+        raise UsageError("--tune-tta decides flips: do not give --tta or --no-tta too")
     if args.save_calibrated is not None:
         _check_save_calibrated(args)
     _check_external_names(args)
@@ -235,7 +243,7 @@ def _evaluate_set(predictor: Any, samples: Any, args: argparse.Namespace, split:
         split=split,
         threshold=predictor.threshold,
         calibration=getattr(predictor, "calibration", None),
-        tta=args.tta,
+        tta=predictor.tta,
         keep_largest=args.keep_largest,
         fill_holes=args.fill_holes,
     )
@@ -291,12 +299,16 @@ def _print_sets(summaries: dict[str, dict[str, Any]], tuned_set: str | None = No
 def _tune_threshold(
     predictor: Any, samples: list[Any], where: str, args: argparse.Namespace
 ) -> Any:
-    from skinet.evaluation.tuning import tune_threshold
+    from skinet.evaluation.tuning import choose_flips, tune_threshold
 
-    if args.threshold is not None:
-        raise UsageError("--tune-threshold picks the threshold: do not give --threshold too")
     reference = float(predictor.threshold)
-    tuned = tune_threshold(predictor, samples, args.threshold_selection, reference)
+    flips = None
+    if args.tune_tta:
+        flips = choose_flips(predictor, samples, args.threshold_selection, reference)
+        tuned = flips.tuned
+        predictor.tta = flips.use
+    else:
+        tuned = tune_threshold(predictor, samples, args.threshold_selection, reference)
     predictor.threshold_choice = tuned.as_threshold(where)
     kept = " (the model's own: no clear gain)" if tuned.kept_reference else ""
     left_out = f"; {len(tuned.failures)} left out, see above" if tuned.failures else ""
@@ -306,6 +318,15 @@ def _tune_threshold(
         f"({tuned.selection}; pooled Dice {tuned.dice:.4f}, mean per-image Jaccard "
         f"{tuned.mean_jaccard:.4f})"
     )
+    if flips is not None:
+        low, high = flips.interval
+        verdict = "flips on" if flips.use else "flips off (no clear gain)"
+        print(
+            f"flips at prediction time on {where}: mean per-image Jaccard {flips.gain:+.4f} "
+            f"[{low:+.4f}, {high:+.4f}] (plain {flips.plain.mean_jaccard:.4f} at "
+            f"{flips.plain.threshold:.2f}, flips {flips.flipped.mean_jaccard:.4f} at "
+            f"{flips.flipped.threshold:.2f}): {verdict}"
+        )
     if args.split == "test" and args.images is None:
         log.warning("the threshold was tuned on the test split: its scores are optimistic")
     elif args.images is not None or args.split == "none":
@@ -314,7 +335,7 @@ def _tune_threshold(
             "check it on other labelled images (--external)",
             where,
         )
-    return tuned
+    return tuned, flips
 
 
 def _tuning_set(args: argparse.Namespace) -> str | None:
@@ -326,7 +347,9 @@ def _tuning_set(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _save_calibrated(args: argparse.Namespace, predictor: Any, tuned: Any, where: str) -> None:
+def _save_calibrated(
+    args: argparse.Namespace, predictor: Any, tuned: Any, where: str, flips: Any
+) -> None:
     from skinet.checkpoints.read import load_checkpoint
     from skinet.evaluation.calibration import calibration_record, save_calibrated_checkpoint
 
@@ -334,12 +357,17 @@ def _save_calibrated(args: argparse.Namespace, predictor: Any, tuned: Any, where
     own = load_checkpoint(source).threshold
     tuned_on = _tuning_set(args) or where
     record = calibration_record(tuned, tuned_on, source.resolve(), own)
+    if flips is not None:
+        record.update(flips.record())
+    elif predictor.tta:  # tuned on flipped maps (--tta, or a calibration's): predict so too
+        record["tta"] = True
     path = save_calibrated_checkpoint(source, args.save_calibrated, record)
     log.info(
-        "wrote %s: threshold %.2f (was %.2f); predict, evaluate and export use it",
+        "wrote %s: threshold %.2f (was %.2f)%s; predict, evaluate and export use it",
         path,
         tuned.threshold,
         own,
+        ", flips on" if record.get("tta") else "",
     )
 
 

@@ -53,6 +53,14 @@ def add_evaluate_subcommand(subparsers: Any) -> None:
         "(guarded: a 95%% paired bootstrap interval over the images above 0)",
     )
     evaluate.add_argument(
+        "--tune-tta",
+        action="store_true",
+        help="with --tune-threshold: also decide flips at prediction time (--tta) on these "
+        "images, each way at its own tuned threshold; flips only when their gain is clear (a "
+        "95%% paired bootstrap interval over the images above 0). --save-calibrated keeps the "
+        "choice",
+    )
+    evaluate.add_argument(
         "--save-calibrated",
         type=Path,
         metavar="CKPT",

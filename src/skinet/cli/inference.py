@@ -34,7 +34,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threshold", type=probability, help="override the checkpoint's threshold (0..1)"
     )
-    parser.add_argument("--tta", action="store_true", help="average over flips (4x slower)")
+    parser.add_argument(
+        "--tta",
+        action=argparse.BooleanOptionalAction,
+        help="average over flips (4x slower); --no-tta: without (default: as a calibrated "
+        "checkpoint's --tune-tta chose, else without)",
+    )
     parser.add_argument(
         "--keep-largest", action="store_true", help="keep only the largest connected component"
     )

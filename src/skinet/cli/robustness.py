@@ -55,7 +55,7 @@ def run_robustness(args: argparse.Namespace) -> int:
         **where,
         threshold=predictor.threshold,
         image_size=predictor.image_size,
-        tta=args.tta,
+        tta=predictor.tta,
         keep_largest=args.keep_largest,
         fill_holes=args.fill_holes,
     )

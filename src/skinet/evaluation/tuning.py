@@ -8,15 +8,18 @@ import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
+from torchmetrics.utilities import dim_zero_cat
 
 from skinet.checkpoints.threshold import Threshold
 from skinet.datasets.layouts import Sample
 from skinet.evaluation.evaluate import UnscorableImage, read_labelled
 from skinet.imaging.errors import DatasetError
 from skinet.inference.predictor import Predictor
+from skinet.metrics.threshold_counts import guard_interval, per_image_jaccard
 from skinet.metrics.thresholds import ThresholdSweep
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,8 @@ class TunedThreshold:
     """The threshold ``guarded`` kept unless the gain was clear."""
     failures: dict[str, str] = field(default_factory=dict)
     """Images left out (unreadable, or of another size than their mask), with the reason."""
+    per_image_jaccard: tuple[float, ...] = field(default=(), repr=False)
+    """Each image's Jaccard at ``threshold``, in the order the images were given."""
 
     @property
     def kept_reference(self) -> bool:
@@ -75,6 +80,8 @@ class MapTuner:
         if self.count == 0:
             raise ValueError("tuning the threshold needs at least one labelled image")
         swept = self._sweep.compute()
+        chosen = torch.isclose(self._sweep.grid, swept.optimal_threshold.to(torch.float32))
+        counts = dim_zero_cat(self._sweep.per_image)[:, int(torch.nonzero(chosen)[0])]
         return TunedThreshold(
             threshold=float(swept.optimal_threshold),
             dice=float(swept.best_dice),
@@ -82,6 +89,7 @@ class MapTuner:
             selection=self.selection,
             mean_jaccard=float(swept.mean_iou_per_image),
             reference=self.reference,
+            per_image_jaccard=tuple(per_image_jaccard(counts[:, None])[:, 0].tolist()),
         )
 
 
@@ -154,3 +162,55 @@ def tune_threshold(
             "; ".join(f"{i}: {why}" for i, why in list(failures.items())[:3]),
         )
     return dataclasses.replace(tuned, failures=failures)
+
+
+@dataclass(frozen=True)
+class FlipChoice:
+    """Whether flips at prediction time (``--tta``) pay on the tuning images.
+
+    ``plain`` and ``flipped`` are the threshold tuned without and with flips, each by the same
+    rule; ``gain`` is flips' mean per-image Jaccard gain, each way at its own threshold, with its
+    95% paired bootstrap ``interval`` over the images. Flips are used only when the lower end is
+    above 0 (the ``guarded`` threshold rule's test): 20-50 images rarely justify 4x the compute.
+    """
+
+    use: bool
+    gain: float
+    interval: tuple[float, float]
+    plain: TunedThreshold
+    flipped: TunedThreshold
+
+    @property
+    def tuned(self) -> TunedThreshold:
+        """The threshold tuned the way that was chosen."""
+        return self.flipped if self.use else self.plain
+
+    def record(self) -> dict[str, Any]:
+        """What a calibrated checkpoint keeps of the choice (plain data)."""
+        return {"tta": self.use, "tta_gain": self.gain, "tta_interval": list(self.interval)}
+
+
+def choose_flips(
+    predictor: Predictor,
+    samples: Sequence[Sample],
+    selection: str = "pooled_dice",
+    reference: float | None = None,
+) -> FlipChoice:
+    """Tune the threshold on ``samples`` without and with flips (:func:`tune_threshold`) and
+    keep flips only when their gain is clear (:class:`FlipChoice`). ``predictor.tta`` is left
+    as it was.
+
+    Raises:
+        DatasetError: no image could be read.
+    """
+    was = predictor.tta
+    try:
+        predictor.tta = False
+        plain = tune_threshold(predictor, samples, selection, reference)
+        predictor.tta = True
+        flipped = tune_threshold(predictor, samples, selection, reference)
+    finally:
+        predictor.tta = was
+    gain = torch.tensor(flipped.per_image_jaccard) - torch.tensor(plain.per_image_jaccard)
+    low, high = guard_interval(gain)
+    return FlipChoice(low > 0.0, float(gain.mean()), (low, high), plain, flipped)

@@ -217,6 +217,8 @@ def build_sidecar(
         "preprocessing": build_preprocessing(data).describe(),
         "threshold": threshold.value,
         "threshold_source": threshold.to_dict(),
+        # A calibration's --tune-tta choice: the graph is one view; average the flips outside.
+        "tta": checkpoint.tta,
         "checkpoint": str(checkpoint.path),
     }
 
@@ -266,6 +268,14 @@ def export_checkpoint(
     else:
         export_onnx(wrapper, example, output, opset)
     sidecar = build_sidecar(checkpoint, fmt, wrapper, opset)
+    if checkpoint.tta:
+        log.warning(
+            "%s was calibrated to predict with flips (--tune-tta), which the exported graph does "
+            "not do: average its probabilities over the image and its horizontal, vertical and "
+            'both flips before the threshold ("tta": true in %s)',
+            checkpoint.path,
+            sidecar_path(output).name,
+        )
     threshold = ensemble_threshold(listed, checkpoints)
     if len(checkpoints) > 1:
         sidecar.update(threshold=threshold.value, threshold_source=threshold.to_dict())

@@ -69,7 +69,8 @@ class Predictor:
         threshold: Probability cutoff; a pixel is lesion iff ``proba >= threshold``. A number
             is recorded as given (``Threshold.given``); a :class:`Threshold` keeps its source.
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"mps"`` or a ``torch.device``.
-        tta: Average probabilities over horizontal, vertical and both flips.
+        tta: Average probabilities over horizontal, vertical and both flips (``None``: no;
+            :meth:`from_checkpoint` reads it from a calibration instead).
         keep_largest: Keep only the largest connected component of each mask.
         fill_holes: Fill holes inside each mask.
         batch_size: Images per forward pass in the batch methods.
@@ -85,7 +86,7 @@ class Predictor:
         config: ExperimentConfig,
         threshold: float | Threshold = DEFAULT_THRESHOLD,
         device: str | torch.device = "auto",
-        tta: bool = False,
+        tta: bool | None = False,
         keep_largest: bool = False,
         fill_holes: bool = False,
         batch_size: int = 8,
@@ -98,7 +99,7 @@ class Predictor:
         self.threshold_choice = (
             threshold if isinstance(threshold, Threshold) else Threshold.given(threshold)
         )
-        self.tta = tta
+        self.tta = bool(tta)
         self.keep_largest = keep_largest
         self.fill_holes = fill_holes
         self.batch_size = batch_size
@@ -120,7 +121,7 @@ class Predictor:
         path: str | Path,
         device: str | torch.device = "auto",
         threshold: float | None = None,
-        **kwargs: bool | int,
+        **kwargs: bool | int | None,
     ) -> Predictor:
         """Load a training checkpoint (safely, ``weights_only=True``); no config file needed.
 
@@ -129,9 +130,12 @@ class Predictor:
             device: Where the model runs.
             threshold: Overrides the checkpoint's threshold (its calibrated one, else its
                 validation-optimal one).
-            kwargs: ``tta``, ``keep_largest``, ``fill_holes``, ``batch_size``.
+            kwargs: ``tta`` (``None`` or absent: what the checkpoint's calibration chose, else
+                no), ``keep_largest``, ``fill_holes``, ``batch_size``.
         """
         checkpoint = load_checkpoint(path)
+        if kwargs.get("tta") is None:
+            kwargs["tta"] = checkpoint.tta
         chosen = checkpoint.threshold_choice if threshold is None else Threshold.given(threshold)
         return cls(build_model(checkpoint), checkpoint.config, chosen, device, **kwargs)  # type: ignore[arg-type]
 

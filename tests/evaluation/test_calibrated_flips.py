@@ -1,0 +1,161 @@
+"""``evaluate --tune-tta``: flips at prediction time decided on a clinic's labelled images, kept
+by a calibrated checkpoint and used by predict, evaluate and export."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from tests.helpers.inference import run_cli
+
+from skinet.checkpoints.format import CHECKPOINT_KEY, CheckpointError
+from skinet.checkpoints.model_card import CALIBRATION_HEADING
+from skinet.checkpoints.read import load_checkpoint
+from skinet.inference.predictor import Predictor
+from skinet.metrics.threshold_counts import guard_interval
+
+
+def _drawn_by(
+    checkpoint: Path, synthetic_root: Path, folder: Path, tta: bool
+) -> tuple[Path, Path, int]:
+    """Every synthetic image, with masks drawn by the model itself at its own threshold,
+    with or without flips: a clinic on which exactly that way of predicting is perfect.
+
+    Returns the images, the masks, and on how many images the two ways differ."""
+    images, masks = folder / "images", folder / "masks"
+    images.mkdir(parents=True)
+    masks.mkdir(parents=True)
+    for path in sorted(synthetic_root.glob("ISIC-2017_*_Data/*.jpg")):
+        shutil.copy(path, images / path.name)
+    paths = sorted(images.glob("*.jpg"))
+    pictures = [cv2.cvtColor(cv2.imread(str(p)), cv2.COLOR_BGR2RGB) for p in paths]
+    drawn = Predictor.from_checkpoint(checkpoint, tta=tta).predict_batch(pictures)
+    other = Predictor.from_checkpoint(checkpoint, tta=not tta).predict_batch(pictures)
+    for path, mask in zip(paths, drawn, strict=True):
+        cv2.imwrite(str(masks / f"{path.stem}_segmentation.png"), mask * 255)
+    differ = sum(not np.array_equal(a, b) for a, b in zip(drawn, other, strict=True))
+    return images, masks, differ
+
+
+def _tune(checkpoint: Path, images: Path, masks: Path, out: Path, *extra: str) -> int:
+    return run_cli(
+        ["evaluate", "--checkpoint", str(checkpoint), "--images", str(images)]
+        + ["--masks", str(masks), "--tune-threshold", "--threshold-selection", "guarded"]
+        + ["--tune-tta", "--output", str(out), *extra]
+    )
+
+
+def test_flips_are_chosen_when_clearly_better_and_then_used_by_predict_and_export(
+    tmp_path: Path,
+    trained_checkpoint: Path,
+    synthetic_root: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    images, masks, differ = _drawn_by(trained_checkpoint, synthetic_root, tmp_path / "c", True)
+    assert differ >= 12, "flips barely change this model's masks: the test would prove nothing"
+    calibrated = tmp_path / "clinic.ckpt"
+    assert _tune(trained_checkpoint, images, masks, tmp_path / "tuned", "--save-calibrated",
+                 str(calibrated)) == 0  # fmt: skip
+    printed = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert "flips at prediction time on" in printed and ": flips on" in printed
+    record = load_checkpoint(calibrated).payload.calibration
+    assert record is not None and record["tta"] is True
+    low, high = record["tta_interval"]
+    assert 0.0 < low <= record["tta_gain"] <= high
+    summary = json.loads((tmp_path / "tuned" / "summary.json").read_text())
+    assert summary["tta"] is True and summary["mean_jaccard"] == pytest.approx(1.0)
+
+    # predict uses the flips the calibration chose (the masks were drawn with them); --no-tta not.
+    caplog.clear()
+    assert run_cli(["predict", "--checkpoint", str(calibrated), "--images", str(images),
+                    "--output", str(tmp_path / "flipped")]) == 0  # fmt: skip
+    assert "16 images, with flips)" in caplog.text
+    assert json.loads((tmp_path / "flipped" / "predictions.json").read_text())["tta"] is True
+    assert run_cli(["predict", "--checkpoint", str(calibrated), "--images", str(images),
+                    "--output", str(tmp_path / "plain"), "--no-tta"]) == 0  # fmt: skip
+    same = {"flipped": 0, "plain": 0}
+    for truth in masks.glob("*.png"):
+        name = truth.name.replace("_segmentation.png", "_mask.png")
+        for folder in same:
+            written = cv2.imread(str(tmp_path / folder / name), cv2.IMREAD_GRAYSCALE)
+            same[folder] += int(np.array_equal(written > 0, cv2.imread(str(truth))[..., 0] > 0))
+    assert same == {"flipped": 16, "plain": 16 - differ}
+
+    # evaluate scores with flips too; the card and the export sidecar say so.
+    assert run_cli(["evaluate", "--checkpoint", str(calibrated), "--images", str(images),
+                    "--masks", str(masks), "--output", str(tmp_path / "again")]) == 0  # fmt: skip
+    assert json.loads((tmp_path / "again" / "summary.json").read_text())["tta"] is True
+    card = calibrated.with_name("clinic.ckpt.MODEL_CARD.md").read_text()
+    assert CALIBRATION_HEADING in card and "Flips at prediction time **on**" in card
+    caplog.clear()
+    exported = tmp_path / "model.pt"
+    assert run_cli(["export", "--checkpoint", str(calibrated), "--format", "torchscript",
+                    "--output", str(exported)]) == 0  # fmt: skip
+    assert json.loads(exported.with_name("model.pt.json").read_text())["tta"] is True
+    assert "which the exported graph does not do" in caplog.text
+
+    # Calibrated again without --tune-tta: tuned with the flips it carries, and kept with them.
+    again = tmp_path / "again.ckpt"
+    assert run_cli(["evaluate", "--checkpoint", str(calibrated), "--images", str(images),
+                    "--masks", str(masks), "--tune-threshold", "--save-calibrated", str(again),
+                    "--output", str(tmp_path / "recalibrated")]) == 0  # fmt: skip
+    assert load_checkpoint(again).tta is True
+    assert "as the threshold was tuned" in again.with_name("again.ckpt.MODEL_CARD.md").read_text()
+
+
+def test_flips_stay_off_without_a_clear_gain(
+    tmp_path: Path,
+    trained_checkpoint: Path,
+    synthetic_root: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    images, masks, differ = _drawn_by(trained_checkpoint, synthetic_root, tmp_path / "c", False)
+    assert differ >= 12
+    calibrated = tmp_path / "clinic.ckpt"
+    assert _tune(trained_checkpoint, images, masks, tmp_path / "tuned", "--save-calibrated",
+                 str(calibrated)) == 0  # fmt: skip
+    assert ": flips off (no clear gain)" in re.sub(r"\s+", " ", capsys.readouterr().out)
+    record = load_checkpoint(calibrated).payload.calibration
+    assert record is not None and record["tta"] is False and record["tta_gain"] < 0
+    assert Predictor.from_checkpoint(calibrated).tta is False
+    assert Predictor.from_checkpoint(calibrated, tta=True).tta is True
+    card = calibrated.with_name("clinic.ckpt.MODEL_CARD.md").read_text()
+    assert "Flips at prediction time off" in card
+    # A record whose choice is not true or false is refused, not read as one.
+    raw = torch.load(calibrated, weights_only=False)
+    raw[CHECKPOINT_KEY]["calibration"]["tta"] = "yes"
+    torch.save(raw, tmp_path / "bad.ckpt")
+    with pytest.raises(CheckpointError, match=r"\['tta'\] must be true or false"):
+        load_checkpoint(tmp_path / "bad.ckpt")
+
+
+def test_tune_tta_usage_errors(
+    tmp_path: Path, trained_checkpoint: Path, synthetic_root: Path
+) -> None:
+    images = synthetic_root / "ISIC-2017_Validation_Data"
+    masks = synthetic_root / "ISIC-2017_Validation_Part1_GroundTruth"
+    base = ["evaluate", "--checkpoint", str(trained_checkpoint), "--images", str(images)]
+    base += ["--masks", str(masks)]
+    for extra in (["--tune-tta"], ["--tune-threshold", "--tune-tta", "--tta"],
+                  ["--tune-threshold", "--tune-tta", "--no-tta"]):  # fmt: skip
+        out = tmp_path / str(len(extra))
+        assert run_cli([*base, *extra, "--output", str(out)]) == 2
+        assert not out.exists()
+
+
+def test_the_guard_interval_is_the_paired_bootstrap_of_the_mean() -> None:
+    gain = torch.tensor([0.01, 0.02, 0.03, 0.015] * 5)
+    low, high = guard_interval(gain)
+    assert 0.0 < low < float(gain.mean()) < high
+    low, high = guard_interval(torch.tensor([0.05, -0.05] * 10))
+    assert low < 0.0 < high
+    assert guard_interval(torch.zeros(7)) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="at least one image"):
+        guard_interval(torch.zeros(0))
