@@ -74,6 +74,13 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="with --table: pool these studies with --output's (the same sources and arms, "
         "another source model each); a source model's arms are resampled together",
     )
+    parser.add_argument(
+        "--against",
+        action="append",
+        default=[],
+        metavar="ARM",
+        help="with --table: one more table, every arm against this one (repeatable)",
+    )
     return parser
 
 

@@ -31,29 +31,27 @@ def derived_from(arm: str) -> str | None:
     return blended_base(arm) or DERIVED.get(arm)
 
 
-def tables(studies: Sequence[dict[str, dict[str, dict[str, Any]]]]) -> str:
+def tables(
+    studies: Sequence[dict[str, dict[str, dict[str, Any]]]], against: Sequence[str] = ()
+) -> str:
     """The arms against ``source``, ``calibrated`` and ``finetune``, each ``wise_<arm>``
     against ``<arm>`` and ``calibrated_flips`` against ``calibrated_guarded``, per source and
     over the sources. Several studies (another source model each, the same sources) are
     pooled: each source model is a run of every arm, and a run's arms are resampled together.
     Studies of one source model (the same ``source`` scores: another fine-tuning seed) are
-    averaged per image into one run, so that no source model counts twice.
+    averaged per image into one run, so that no source model counts twice. ``against``: more
+    arms to table every other arm against.
 
     Raises:
-        ValueError: The studies share no source, or no arm.
+        ValueError: The studies share no source, or no arm, or an arm of ``against`` is not
+            in every study.
     """
     from skinet.evaluation.compare import compare_scores, comparison_table
 
-    sources = [name for name in studies[0] if all(name in study for study in studies)]
-    if not sources:
-        raise ValueError("the studies share no source: pool studies of the same sources")
-    arms = [
-        arm
-        for arm in studies[0][sources[0]]
-        if all(arm in study[name] for study in studies for name in sources)
-    ]
-    if not arms:
-        raise ValueError("the studies share no arm: pool studies of the same arms")
+    sources, arms = _shared(studies)
+    missing = [arm for arm in against if arm not in arms]
+    if missing:
+        raise ValueError(f"--against {missing}: not an arm of every study ({', '.join(arms)})")
     left_out = sorted(
         {f"{name}/{arm}" for study in studies for name in study for arm in study[name]}
         - {f"{name}/{arm}" for name in sources for arm in arms}
@@ -75,15 +73,15 @@ def tables(studies: Sequence[dict[str, dict[str, dict[str, Any]]]]) -> str:
     # The variants against the shipped fine-tuning too: is any of them a better recipe? And
     # each blend against the arm it blends: does interpolating with the source help it? (And
     # the calibration that decides flips against the one that does not.)
-    against = {
+    references = {
         reference: [arm for arm in arms if arm != reference]
-        for reference in (SOURCE, CALIBRATED, SHIPPED)
+        for reference in (SOURCE, CALIBRATED, SHIPPED, *against)
         if reference in arms
     }
     for arm in arms:
-        if (base := derived_from(arm)) in arms and arm not in against.setdefault(base, []):
-            against[base].append(arm)
-    for reference, others in against.items():
+        if (base := derived_from(arm)) in arms and arm not in references.setdefault(base, []):
+            references[base].append(arm)
+    for reference, others in references.items():
         order = [reference, *others]
         scores = {
             name: {arm: [run[name][arm] for run in runs] for arm in order} for name in sources
@@ -91,6 +89,25 @@ def tables(studies: Sequence[dict[str, dict[str, dict[str, Any]]]]) -> str:
         comparison = compare_scores(scores, paired_runs=len(runs) > 1)
         text += f"\n### Against {reference}\n\n" + comparison_table(comparison)
     return text
+
+
+def _shared(studies: Sequence[dict[str, dict[str, Any]]]) -> tuple[list[str], list[str]]:
+    """The sources of every study, and the arms every study ran on each of them.
+
+    Raises:
+        ValueError: The studies share no source, or no arm.
+    """
+    sources = [name for name in studies[0] if all(name in study for study in studies)]
+    if not sources:
+        raise ValueError("the studies share no source: pool studies of the same sources")
+    arms = [
+        arm
+        for arm in studies[0][sources[0]]
+        if all(arm in study[name] for study in studies for name in sources)
+    ]
+    if not arms:
+        raise ValueError("the studies share no arm: pool studies of the same arms")
+    return sources, arms
 
 
 def _by_source_model(

@@ -10,6 +10,8 @@ Usage::
     python benchmarks/study_clinic.py --output study_clinic --table
     # the same study from three source models, pooled: each source model is a run of every arm
     python benchmarks/study_clinic.py --output study_a --table --pool study_b --pool study_c
+    # one more table: every arm against the one named
+    python benchmarks/study_clinic.py --output study_a --table --against calibrated_guarded
 
 For each ``--source`` (a labelled folder of one clinic, camera or dermatoscope) the images are
 split once (``--split-seed``): ``--adapt`` of them (default 50) are what a clinic labels to adapt
@@ -350,12 +352,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         studies = [read_study(parser, "--output", args.output)]
         studies += [read_study(parser, "--pool", folder) for folder in args.pool]
         try:
-            print(tables(studies))
+            print(tables(studies, args.against))
         except ValueError as error:
             parser.error(str(error))
         return 0
-    if args.pool:
-        parser.error("--pool pools finished studies: give it with --table")
+    if args.pool or args.against:
+        parser.error("--pool and --against read finished studies: give them with --table")
     results_path = args.output / "results.json"
     records: dict[str, dict[str, dict[str, Any]]] = (
         json.loads(results_path.read_text()) if results_path.is_file() else {}

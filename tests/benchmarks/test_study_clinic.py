@@ -180,7 +180,9 @@ def test_pool_needs_table_and_finished_studies(tmp_path: Path, capsys) -> None:
     study = load_benchmark("study_clinic")
     done = _study(tmp_path / "done", 0.8)
     cases = [
-        (["--output", str(done), "--pool", str(done)], "give it with --table"),
+        (["--output", str(done), "--pool", str(done)], "give them with --table"),
+        (["--output", str(done), "--against", "finetune"], "give them with --table"),
+        (["--output", str(done), "--table", "--against", "lowg"], "--against ['lowg']"),
         (["--output", str(done), "--table", "--pool", str(tmp_path / "missing")], "no results"),
         (["--output", str(tmp_path / "missing"), "--table"], "--output"),
     ]
@@ -199,6 +201,25 @@ def test_pool_needs_table_and_finished_studies(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         _pooled(study, done, elsewhere)
     assert "the studies share no arm" in capsys.readouterr().err
+
+
+def test_against_adds_a_table_against_any_arm(tmp_path: Path, capsys) -> None:
+    study = load_benchmark("study_clinic")
+    studies = [_study(tmp_path / f"model{k}", level) for k, level in enumerate((0.7, 0.8))]
+    argv = ["--output", str(studies[0]), "--table", "--pool", str(studies[1])]
+    assert study.main([*argv, "--against", "finetune"]) == 0
+    assert "### Against finetune" in capsys.readouterr().out  # the shipped arm: tabled anyway
+    for folder in studies:  # a calibration arm, 0.01 above the fine-tuned one everywhere
+        arms = json.loads((folder / "results.json").read_text())
+        finetuned = arms["clinic"]["finetune"]["scores"]
+        arms["clinic"]["calibrated_flips"] = {
+            "threshold": 0.5, "scores": {i: v + 0.01 for i, v in finetuned.items()}
+        }  # fmt: skip
+        (folder / "results.json").write_text(json.dumps(arms))
+    assert study.main([*argv, "--against", "calibrated_flips"]) == 0
+    against = capsys.readouterr().out.split("### Against calibrated_flips\n")[1]
+    assert "| clinic | finetune | 2 | 30 |" in against
+    assert "-0.0100 [-0.0100, -0.0100] | 0% | worse |" in against
 
 
 def test_each_blend_is_tabled_against_the_arm_it_blends(tmp_path: Path, capsys) -> None:
