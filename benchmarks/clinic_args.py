@@ -48,7 +48,7 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         "--calibrations",
         default="",
         help="more calibration arms: comma-separated per_image, guarded, flips (guarded, "
-        "deciding flips too; adds source_flips)",
+        "deciding flips too; adds guarded and source_flips)",
     )
     parser.add_argument(
         "--define", action="append", default=[], metavar="NAME=SECTION.KEY=VALUE[;...]"
@@ -118,15 +118,20 @@ def parse_variants(args: argparse.Namespace, options: dict[str, Any]) -> list[st
 
 
 def parse_calibrations(text: str) -> list[str]:
-    """``--calibrations`` as arms (``flips`` brings ``source_flips`` with it).
+    """``--calibrations`` as arms. ``flips`` brings the arms it is tabled against with it:
+    ``calibrated_guarded`` (the same calibration without ``--tune-tta``) and ``source_flips``.
 
     Raises:
-        ValueError: An unknown calibration.
+        ValueError: An unknown calibration, or one named twice.
     """
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in CALIBRATIONS]
     if unknown:
         raise ValueError(f"--calibrations {unknown}: choose from {', '.join(CALIBRATIONS)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--calibrations {names}: each calibration once")
+    if FLIPS in names and "guarded" not in names:
+        names.insert(names.index(FLIPS), "guarded")
     arms = [f"{CALIBRATED}_{name}" for name in names]
     return arms + [SOURCE_FLIPS] if FLIPS in names else arms
 

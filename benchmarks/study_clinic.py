@@ -21,8 +21,8 @@ the model, the rest are the check set. Every arm is scored on the check set only
 - ``calibrated``: ``skinet evaluate --tune-threshold --save-calibrated`` on the adapt images
   (``calibrated_per_image`` and ``calibrated_guarded`` with that ``--threshold-selection``, as
   extra arms: ``--calibrations``; ``calibrated_flips``: ``guarded`` with ``--tune-tta``, flips
-  at prediction time decided on the adapt images too, beside ``source_flips``, the source
-  model with flips on every image);
+  at prediction time decided on the adapt images too, beside ``calibrated_guarded`` and
+  ``source_flips``, the source model with flips on every image);
 - every fine-tuning variant: ``skinet train --config configs/clinic.yaml --init-from CKPT`` on
   the adapt images (its ``val_fraction`` keeps some of them to choose the epoch and the
   threshold) with the variant's overrides (``--list`` shows them);

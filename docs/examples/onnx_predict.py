@@ -86,7 +86,14 @@ def predict_proba(model_path: Path, image: np.ndarray) -> tuple[np.ndarray, floa
     window = image[crop_top : crop_top + height, crop_left : crop_left + width]
     batch, (top, left, h, w) = preprocess(window, sidecar)
     session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    (probs,) = session.run([sidecar["output"]["name"]], {sidecar["input"]["name"]: batch})
+    # "tta": the calibration chose flips: the mean over the image and its flips, each flipped back.
+    views = [(), (3,), (2,), (2, 3)] if sidecar.get("tta") else [()]
+    maps = []
+    for axes in views:
+        view = np.ascontiguousarray(np.flip(batch, axes)) if axes else batch
+        (out,) = session.run([sidecar["output"]["name"]], {sidecar["input"]["name"]: view})
+        maps.append(np.flip(out, axes) if axes else out)
+    probs = np.mean(maps, axis=0)
     content = np.ascontiguousarray(probs[0, 0, top : top + h, left : left + w])
     if content.shape != (height, width):
         content = cv2.resize(content, (width, height), interpolation=cv2.INTER_LINEAR)

@@ -208,7 +208,7 @@ def test_against_adds_a_table_against_any_arm(tmp_path: Path, capsys) -> None:
     studies = [_study(tmp_path / f"model{k}", level) for k, level in enumerate((0.7, 0.8))]
     argv = ["--output", str(studies[0]), "--table", "--pool", str(studies[1])]
     assert study.main([*argv, "--against", "finetune"]) == 0
-    assert "### Against finetune" in capsys.readouterr().out  # the shipped arm: tabled anyway
+    assert capsys.readouterr().out.count("### Against finetune") == 1  # tabled once, not twice
     for folder in studies:  # a calibration arm, 0.01 above the fine-tuned one everywhere
         arms = json.loads((folder / "results.json").read_text())
         finetuned = arms["clinic"]["finetune"]["scores"]
@@ -311,7 +311,7 @@ def test_the_calibration_that_decides_flips_is_tabled_against_the_guarded_one(
     out = tmp_path / "study"
     argv = ["--checkpoint", str(trained_checkpoint), "--output", str(out), "--variants", ""]
     argv += ["--source", f"tiny={folder_tree / 'images'}:{folder_tree / 'masks'}"]
-    argv += ["--adapt", "6", "--calibrations", "guarded,flips"]
+    argv += ["--adapt", "6", "--calibrations", "flips"]  # brings guarded and source_flips
     assert study.main(argv) == 0
     records = json.loads((out / "results.json").read_text())["tiny"]
     assert list(records) == [
@@ -327,6 +327,10 @@ def test_the_calibration_that_decides_flips_is_tabled_against_the_guarded_one(
     for arm, tta in (("source_flips", True), ("source", False)):
         predictor = Predictor.from_checkpoint(trained_checkpoint, device="cpu", tta=tta)
         assert records[arm]["scores"] == score_samples(predictor, check, False)
+    calibrated_path = out / "tiny" / "calibrated_flips" / "calibrated.ckpt"
+    as_calibrated = Predictor.from_checkpoint(calibrated_path, device="cpu")
+    assert as_calibrated.tta == flips["tta"]
+    assert flips["scores"] == score_samples(as_calibrated, check, False)
     text = capsys.readouterr().out
     against = text.split("### Against calibrated_guarded\n")[1]
     assert "| tiny | calibrated_flips |" in against and "source_flips" not in against
@@ -339,11 +343,14 @@ def test_an_unknown_calibration_is_a_usage_error(
     study = load_benchmark("study_clinic")
     argv = ["--checkpoint", str(trained_checkpoint), "--output", str(tmp_path / "study")]
     argv += ["--source", f"tiny={folder_tree / 'images'}:{folder_tree / 'masks'}"]
-    with pytest.raises(SystemExit) as exited:
-        study.main([*argv, "--calibrations", "guarded,tta"])
-    assert exited.value.code == 2
-    message = "--calibrations ['tta']: choose from per_image, guarded, flips"
-    assert message in capsys.readouterr().err
+    for calibrations, message in (
+        ("guarded,tta", "--calibrations ['tta']: choose from per_image, guarded, flips"),
+        ("flips,flips", "each calibration once"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            study.main([*argv, "--calibrations", calibrations])
+        assert exited.value.code == 2
+        assert message in capsys.readouterr().err
     assert not (tmp_path / "study").exists()
 
 

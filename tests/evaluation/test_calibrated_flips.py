@@ -76,10 +76,13 @@ def test_flips_are_chosen_when_clearly_better_and_then_used_by_predict_and_expor
     caplog.clear()
     assert run_cli(["predict", "--checkpoint", str(calibrated), "--images", str(images),
                     "--output", str(tmp_path / "flipped")]) == 0  # fmt: skip
-    assert "16 images, with flips)" in caplog.text
+    assert "16 images, tuned with flips); flips at prediction time (as calibrated)" in caplog.text
     assert json.loads((tmp_path / "flipped" / "predictions.json").read_text())["tta"] is True
+    caplog.clear()
     assert run_cli(["predict", "--checkpoint", str(calibrated), "--images", str(images),
                     "--output", str(tmp_path / "plain"), "--no-tta"]) == 0  # fmt: skip
+    assert "without the flips it was calibrated with (--no-tta)" in caplog.text
+    assert json.loads((tmp_path / "plain" / "predictions.json").read_text())["tta"] is False
     same = {"flipped": 0, "plain": 0}
     for truth in masks.glob("*.png"):
         name = truth.name.replace("_segmentation.png", "_mask.png")
@@ -107,7 +110,16 @@ def test_flips_are_chosen_when_clearly_better_and_then_used_by_predict_and_expor
                     "--masks", str(masks), "--tune-threshold", "--save-calibrated", str(again),
                     "--output", str(tmp_path / "recalibrated")]) == 0  # fmt: skip
     assert load_checkpoint(again).tta is True
-    assert "as the threshold was tuned" in again.with_name("again.ckpt.MODEL_CARD.md").read_text()
+    kept = load_checkpoint(again).payload.calibration
+    assert kept is not None and kept["tta_interval"] == record["tta_interval"]
+    assert "chosen by `--tune-tta`" in again.with_name("again.ckpt.MODEL_CARD.md").read_text()
+    # Given --tta on an uncalibrated model, the copy predicts with flips too, without figures.
+    given = tmp_path / "given.ckpt"
+    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--images", str(images)]
+    argv += ["--masks", str(masks), "--tune-threshold", "--tta", "--save-calibrated", str(given)]
+    assert run_cli([*argv, "--output", str(tmp_path / "given")]) == 0
+    assert load_checkpoint(given).tta is True
+    assert "as the threshold was tuned" in given.with_name("given.ckpt.MODEL_CARD.md").read_text()
 
 
 def test_flips_stay_off_without_a_clear_gain(
@@ -137,16 +149,26 @@ def test_flips_stay_off_without_a_clear_gain(
 
 
 def test_tune_tta_usage_errors(
-    tmp_path: Path, trained_checkpoint: Path, synthetic_root: Path
+    tmp_path: Path,
+    trained_checkpoint: Path,
+    synthetic_root: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     images = synthetic_root / "ISIC-2017_Validation_Data"
     masks = synthetic_root / "ISIC-2017_Validation_Part1_GroundTruth"
-    base = ["evaluate", "--checkpoint", str(trained_checkpoint), "--images", str(images)]
-    base += ["--masks", str(masks)]
-    for extra in (["--tune-tta"], ["--tune-threshold", "--tune-tta", "--tta"],
-                  ["--tune-threshold", "--tune-tta", "--no-tta"]):  # fmt: skip
-        out = tmp_path / str(len(extra))
-        assert run_cli([*base, *extra, "--output", str(out)]) == 2
+    model = ["--checkpoint", str(trained_checkpoint), "--images", str(images)]
+    cases = [
+        ([*model, "--tune-tta"], "add --tune-threshold"),
+        ([*model, "--tune-threshold", "--tune-tta", "--tta"], "do not give --tta or --no-tta"),
+        ([*model, "--tune-threshold", "--tune-tta", "--no-tta"], "do not give --tta or --no-tta"),
+        (["--predictions", str(masks), "--tune-threshold"], "not --predictions"),
+        (["--predictions", str(masks), "--no-tta"], "not --predictions"),
+    ]
+    for k, (argv, message) in enumerate(cases):
+        out = tmp_path / f"case{k}"
+        caplog.clear()
+        assert run_cli(["evaluate", *argv, "--masks", str(masks), "--output", str(out)]) == 2
+        assert message in caplog.text, (argv, caplog.text)
         assert not out.exists()
 
 

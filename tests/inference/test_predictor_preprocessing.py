@@ -152,6 +152,22 @@ def test_onnx_from_the_sidecar_alone_predicts_like_the_predictor(
     squashed.preprocessing = Preprocessing(32)
     assert np.abs(squashed.predict_proba(image) - probs).max() > 1e-3
 
+    # A sidecar that says "tta" (a calibration chose flips): the consumer averages the flips.
+    sidecar_path(model_path).write_text(json.dumps({**sidecar, "tta": True}))
+    flipped = subprocess.run(
+        [sys.executable, "-c", runner, *argv, "--proba", str(tmp_path / "flipped.npy")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert flipped.returncode == 0, flipped.stderr
+    with_flips = Predictor.from_checkpoint(corrected_checkpoint, device="cpu", tta=True)
+    expected = with_flips.predict_proba(image)
+    assert np.abs(expected - probs).max() > 1e-4  # flips change this model's map
+    np.testing.assert_allclose(np.load(tmp_path / "flipped.npy"), expected, atol=1e-4)
+
 
 def test_predict_and_evaluate_cli_use_the_checkpoints_preprocessing(
     corrected_checkpoint: Path, tmp_path: Path

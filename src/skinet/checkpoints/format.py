@@ -31,6 +31,10 @@ Format versions:
   auxiliary heads, 0.5).
 - **6**: the config schema ``CONFIG_SCHEMAS[6]``, which adds ``TRAIN_CONFIG.dice_reduction``. A
   format-5 config reads with it at its default (``batch``, the soft Dice over the whole batch).
+- **7**: a calibration may carry ``tta`` (with ``tta_gain`` and ``tta_interval``): flips at
+  prediction time, as ``skinet evaluate --tune-tta`` chose them, which predict follows. An
+  older SkiNet would predict from one view at a threshold tuned with flips, so it must refuse
+  the file. The config schema is format 6's; a format-6 calibration reads without flips.
 
 A change to what the config accepts (a new field, choice or type) needs a new format version
 with its fingerprint in :data:`CONFIG_SCHEMAS`; ``tests/checkpoints/test_format.py`` fails until
@@ -55,9 +59,14 @@ __all__ = ["DEFAULT_THRESHOLD", "CheckpointError", "CheckpointPayload"]
 
 CHECKPOINT_KEY = "skinet"
 """Key of the checkpoint entry holding the :class:`CheckpointPayload`."""
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 """The format this version of SkiNet writes, and the newest it reads."""
-CONFIG_SCHEMAS = {4: "d8d8b3ad48cf4875", 5: "ea12386e5e8a821f", 6: "64b39b33aa70ab6d"}
+CONFIG_SCHEMAS = {
+    4: "d8d8b3ad48cf4875",
+    5: "ea12386e5e8a821f",
+    6: "64b39b33aa70ab6d",
+    7: "64b39b33aa70ab6d",
+}
 """Fingerprint of the config schema (:func:`skinet.config.schema.config_schema_fingerprint`)
 that each format version writes; formats before 4 did not pin their schema."""
 LEGACY_FORMAT_VERSION = 1

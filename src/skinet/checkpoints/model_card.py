@@ -21,6 +21,7 @@ import yaml
 from skinet.checkpoints.threshold import Threshold, trained_threshold
 from skinet.config.experiment import ExperimentConfig
 from skinet.datasets.registry import get_layout
+from skinet.metrics.figures import signed
 
 MODEL_CARD_FILE = "MODEL_CARD.md"
 
@@ -150,15 +151,16 @@ def _flips_lines(calibration: Mapping[str, Any]) -> list[str]:
     gain = calibration.get("tta_gain")
     interval: Sequence[float] = calibration.get("tta_interval") or []
     figure = (
-        f" (mean per-image Jaccard {gain:+.4f} [{interval[0]:+.4f}, {interval[1]:+.4f}] there)"
+        f" (mean per-image Jaccard {signed(gain)} [{signed(interval[0])}, {signed(interval[1])}]"
+        " on the tuning images)"
         if isinstance(gain, float) and len(interval) == 2
         else ""
     )
     if calibration["tta"]:
         why = f"chosen by `--tune-tta`{figure}" if figure else "as the threshold was tuned"
         return [
-            f"- Flips at prediction time **on**, {why}: predict and evaluate average four "
-            "flipped views (`--no-tta` turns them off); an export is one view."
+            f"- Flips at prediction time **on**, {why}: predict, evaluate, robustness and compare "
+            "average four flipped views (`--no-tta` turns them off); an export is one view."
         ]
     return [f"- Flips at prediction time off: `--tune-tta` found no clear gain{figure}."]
 

@@ -84,7 +84,7 @@ class Threshold:
         if self.source == "calibrated":
             calibration = self.calibration or {}
             where = calibration.get("tuned_on", "labelled images")
-            flips = ", with flips" if calibration.get("tta") else ""
+            flips = ", tuned with flips" if calibration.get("tta") else ""
             return f"calibrated on {where}, {calibration.get('num_images', '?')} images{flips}"
         if self.source == "fixed":
             return GIVEN if self.set_by == GIVEN else "fixed by the checkpoint's TRAIN_CONFIG"

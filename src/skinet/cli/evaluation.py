@@ -24,10 +24,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     check_output_folder(args.output)
     if args.predictions is not None:
-        if args.masks is None or args.checkpoint is not None:
-            raise UsageError("use --predictions with --masks, or --checkpoint (not both)")
-        if args.external or args.images is not None or args.save_calibrated is not None:
-            raise UsageError("--external, --images and --save-calibrated need --checkpoint")
+        _check_prediction_options(args)
         result = evaluate_mask_folders(
             args.predictions,
             args.masks,
@@ -75,6 +72,19 @@ def _clear_reports(output: Path) -> None:
     from skinet.evaluation.report_folder import clear_reports as clear
 
     clear(output)
+
+
+def _check_prediction_options(args: argparse.Namespace) -> None:
+    """``--predictions``: predicted masks scored as they are, with no model option (exit 2)."""
+    if args.masks is None or args.checkpoint is not None:
+        raise UsageError("use --predictions with --masks, or --checkpoint (not both)")
+    if args.external or args.images is not None or args.save_calibrated is not None:
+        raise UsageError("--external, --images and --save-calibrated need --checkpoint")
+    if args.tune_threshold or args.tune_tta or args.tta is not None:
+        raise UsageError(
+            "--tune-threshold, --tune-tta and --tta/--no-tta predict with a model: give "
+            "--checkpoint, not --predictions (the masks are scored as they are)"
+        )
 
 
 def _check_evaluate_options(args: argparse.Namespace) -> None:
@@ -300,6 +310,7 @@ def _tune_threshold(
     predictor: Any, samples: list[Any], where: str, args: argparse.Namespace
 ) -> Any:
     from skinet.evaluation.tuning import choose_flips, tune_threshold
+    from skinet.metrics.figures import signed
 
     reference = float(predictor.threshold)
     flips = None
@@ -322,8 +333,8 @@ def _tune_threshold(
         low, high = flips.interval
         verdict = "flips on" if flips.use else "flips off (no clear gain)"
         print(
-            f"flips at prediction time on {where}: mean per-image Jaccard {flips.gain:+.4f} "
-            f"[{low:+.4f}, {high:+.4f}] (plain {flips.plain.mean_jaccard:.4f} at "
+            f"flips at prediction time on {where}: mean per-image Jaccard {signed(flips.gain)} "
+            f"[{signed(low)}, {signed(high)}] (plain {flips.plain.mean_jaccard:.4f} at "
             f"{flips.plain.threshold:.2f}, flips {flips.flipped.mean_jaccard:.4f} at "
             f"{flips.flipped.threshold:.2f}): {verdict}"
         )
@@ -354,13 +365,17 @@ def _save_calibrated(
     from skinet.evaluation.calibration import calibration_record, save_calibrated_checkpoint
 
     source = args.checkpoint[0]
-    own = load_checkpoint(source).threshold
+    checkpoint = load_checkpoint(source)
+    own = checkpoint.threshold
     tuned_on = _tuning_set(args) or where
     record = calibration_record(tuned, tuned_on, source.resolve(), own)
     if flips is not None:
         record.update(flips.record())
     elif predictor.tta:  # tuned on flipped maps (--tta, or a calibration's): predict so too
         record["tta"] = True
+        if args.tta is None:  # the earlier calibration's choice, with the figures behind it
+            earlier = checkpoint.payload.calibration or {}
+            record.update({k: earlier[k] for k in ("tta_gain", "tta_interval") if k in earlier})
     path = save_calibrated_checkpoint(source, args.save_calibrated, record)
     log.info(
         "wrote %s: threshold %.2f (was %.2f)%s; predict, evaluate and export use it",

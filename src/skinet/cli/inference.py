@@ -76,7 +76,12 @@ def build_predictor(args: argparse.Namespace) -> Any:
         fill_holes=args.fill_holes,
         batch_size=args.batch_size,
     )
-    log.info("%s", predictor.threshold_choice.describe())
+    flips = ""
+    if predictor.tta:
+        flips = "; flips at prediction time" + (" (--tta)" if args.tta else " (as calibrated)")
+    elif args.tta is False and predictor.calibration and predictor.calibration.get("tta"):
+        flips = "; without the flips it was calibrated with (--no-tta)"
+    log.info("%s%s", predictor.threshold_choice.describe(), flips)
     return predictor
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -29,6 +28,7 @@ import numpy as np
 
 from skinet.datasets.layouts import Sample
 from skinet.imaging.errors import DatasetError
+from skinet.metrics.figures import signed
 
 Scores = dict[str, float]
 """Per-image Jaccard of one run on one set, by image ID."""
@@ -259,17 +259,6 @@ def score_predictions(folder: Path, samples: Sequence[Sample]) -> Scores:
     return scores
 
 
-def _signed(value: float) -> str:
-    """``value`` with its sign and four decimals, or as many more as it takes not to show a
-    bound that is not 0 as ``+0.0000`` (next to "better", that reads as a contradiction)."""
-    value += 0.0  # -0.0 prints as +0.0000
-    if value == 0 or not math.isfinite(value) or abs(value) >= 0.5e-4:
-        return f"{value:+.4f}"
-    if abs(value) < 0.5e-8:
-        return f"{value:+.0e}"  # rounding noise, not a difference anyone measured
-    return f"{value:+.{-math.floor(math.log10(abs(value)))}f}"
-
-
 def comparison_table(comparison: Comparison) -> str:
     """The comparison as a Markdown table, with a line on how to read it."""
     reference = comparison.models[0]
@@ -284,7 +273,7 @@ def comparison_table(comparison: Comparison) -> str:
         if row.difference is None or row.low is None or row.high is None:
             delta, share = "", ""
         else:
-            delta = f"{_signed(row.difference)} [{_signed(row.low)}, {_signed(row.high)}]"
+            delta = f"{signed(row.difference)} [{signed(row.low)}, {signed(row.high)}]"
             share = "" if row.better_share is None else f"{row.better_share:.0%}"
         lines.append(
             f"| {row.set} | {row.model} | {row.runs} | {row.images} | {row.mean:.4f} | {delta} "

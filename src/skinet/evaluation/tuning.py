@@ -80,7 +80,7 @@ class MapTuner:
         if self.count == 0:
             raise ValueError("tuning the threshold needs at least one labelled image")
         swept = self._sweep.compute()
-        chosen = torch.isclose(self._sweep.grid, swept.optimal_threshold.to(torch.float32))
+        chosen = self._sweep.grid == swept.optimal_threshold.to(self._sweep.grid.dtype)
         counts = dim_zero_cat(self._sweep.per_image)[:, int(torch.nonzero(chosen)[0])]
         return TunedThreshold(
             threshold=float(swept.optimal_threshold),
@@ -211,6 +211,12 @@ def choose_flips(
         flipped = tune_threshold(predictor, samples, selection, reference)
     finally:
         predictor.tta = was
-    gain = torch.tensor(flipped.per_image_jaccard) - torch.tensor(plain.per_image_jaccard)
+    if len(flipped.per_image_jaccard) != len(plain.per_image_jaccard):  # the same images read
+        raise DatasetError(
+            f"the images changed while tuning: {len(plain.per_image_jaccard)} scored without "
+            f"flips, {len(flipped.per_image_jaccard)} with them; run it again"
+        )
+    plain_scores = torch.tensor(plain.per_image_jaccard, dtype=torch.float64)
+    gain = torch.tensor(flipped.per_image_jaccard, dtype=torch.float64) - plain_scores
     low, high = guard_interval(gain)
     return FlipChoice(low > 0.0, float(gain.mean()), (low, high), plain, flipped)

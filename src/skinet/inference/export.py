@@ -268,19 +268,13 @@ def export_checkpoint(
     else:
         export_onnx(wrapper, example, output, opset)
     sidecar = build_sidecar(checkpoint, fmt, wrapper, opset)
-    if checkpoint.tta:
-        log.warning(
-            "%s was calibrated to predict with flips (--tune-tta), which the exported graph does "
-            "not do: average its probabilities over the image and its horizontal, vertical and "
-            'both flips before the threshold ("tta": true in %s)',
-            checkpoint.path,
-            sidecar_path(output).name,
-        )
     threshold = ensemble_threshold(listed, checkpoints)
     if len(checkpoints) > 1:
         sidecar.update(threshold=threshold.value, threshold_source=threshold.to_dict())
         sidecar["checkpoint"] = [str(c.path) for c in checkpoints]
         sidecar["ensemble"] = "mean of the members' probabilities"
+        sidecar["tta"] = False  # an ensemble predicts with flips only when asked (--tta)
+    _warn_about_flips(checkpoints, sidecar_path(output).name)
     parity: ParityResult | None = None
     if fmt == "onnx" and importlib.util.find_spec("onnxruntime") is None:
         log.warning("onnxruntime is not installed: parity check skipped (pip install onnxruntime)")
@@ -299,6 +293,24 @@ def export_checkpoint(
             f"tolerance {tolerance:g} on inputs {list(shapes)} ({output})"
         )
     return parity
+
+
+def _warn_about_flips(checkpoints: Sequence[SkinetCheckpoint], sidecar: str) -> None:
+    """Say where a calibration's flips (``--tune-tta``) do not reach the exported graph."""
+    if len(checkpoints) == 1 and checkpoints[0].tta:
+        log.warning(
+            "%s was calibrated to predict with flips (--tune-tta), which the exported graph does "
+            "not do: average its probabilities over the image and its horizontal, vertical and "
+            'both flips before the threshold ("tta": true in %s)',
+            checkpoints[0].path,
+            sidecar,
+        )
+    elif flipped := [str(c.path) for c in checkpoints if c.tta]:
+        log.warning(
+            "ensemble members %s were calibrated with flips, which neither the ensemble's "
+            "threshold nor the exported graph uses",
+            flipped,
+        )
 
 
 def _load_for_export(paths: Sequence[str | Path]) -> tuple[list[SkinetCheckpoint], nn.Module]:
