@@ -96,6 +96,30 @@ def test_old_checkpoint_without_the_fields_behaves_as_before(
     np.testing.assert_allclose(predictor.predict_proba(image), expected, atol=1e-6)
 
 
+def _run_consumer(model: Path, image: Path, folder: Path, proba: str) -> np.ndarray:
+    """``docs/examples/onnx_predict.py`` on ``image``: its probability map (its mask is written
+    to ``folder/mask.png``). It runs in a fresh interpreter without this checkout on its path,
+    which checks at the end that SkiNet was never imported."""
+    runner = (
+        "import runpy, sys; sys.argv = sys.argv[1:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__'); "
+        "assert not any(m == 'skinet' or m.startswith('skinet.') for m in sys.modules), "
+        "'the consumer imported skinet'"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    argv = [str(CONSUMER), str(model), str(image), str(folder / "mask.png")]
+    completed = subprocess.run(
+        [sys.executable, "-c", runner, *argv, "--proba", str(folder / proba)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return np.load(folder / proba)
+
+
 @pytest.mark.process
 @NEEDS_ONNX
 def test_onnx_from_the_sidecar_alone_predicts_like_the_predictor(
@@ -117,26 +141,7 @@ def test_onnx_from_the_sidecar_alone_predicts_like_the_predictor(
     image = cv2.copyMakeBorder(_cast_image(45, 70), 9, 7, 12, 5, cv2.BORDER_CONSTANT, value=0)
     image_path = tmp_path / "cast.png"
     assert cv2.imwrite(str(image_path), cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
-    # The consumer runs in a fresh interpreter without this checkout on its path, which checks at
-    # the end that SkiNet was never imported.
-    runner = (
-        "import runpy, sys; sys.argv = sys.argv[1:]; "
-        "runpy.run_path(sys.argv[0], run_name='__main__'); "
-        "assert not any(m == 'skinet' or m.startswith('skinet.') for m in sys.modules), "
-        "'the consumer imported skinet'"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    argv = [str(CONSUMER), str(model_path), str(image_path), str(tmp_path / "mask.png")]
-    completed = subprocess.run(
-        [sys.executable, "-c", runner, *argv, "--proba", str(tmp_path / "proba.npy")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stderr
-    onnx_probs = np.load(tmp_path / "proba.npy")
+    onnx_probs = _run_consumer(model_path, image_path, tmp_path, "proba.npy")
     onnx_mask = cv2.imread(str(tmp_path / "mask.png"), cv2.IMREAD_GRAYSCALE) > 0
 
     predictor = Predictor.from_checkpoint(corrected_checkpoint, device="cpu")
@@ -154,19 +159,11 @@ def test_onnx_from_the_sidecar_alone_predicts_like_the_predictor(
 
     # A sidecar that says "tta" (a calibration chose flips): the consumer averages the flips.
     sidecar_path(model_path).write_text(json.dumps({**sidecar, "tta": True}))
-    flipped = subprocess.run(
-        [sys.executable, "-c", runner, *argv, "--proba", str(tmp_path / "flipped.npy")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert flipped.returncode == 0, flipped.stderr
+    flipped = _run_consumer(model_path, image_path, tmp_path, "flipped.npy")
     with_flips = Predictor.from_checkpoint(corrected_checkpoint, device="cpu", tta=True)
     expected = with_flips.predict_proba(image)
     assert np.abs(expected - probs).max() > 1e-4  # flips change this model's map
-    np.testing.assert_allclose(np.load(tmp_path / "flipped.npy"), expected, atol=1e-4)
+    np.testing.assert_allclose(flipped, expected, atol=1e-4)
 
 
 def test_predict_and_evaluate_cli_use_the_checkpoints_preprocessing(
