@@ -148,6 +148,23 @@ def test_flips_stay_off_without_a_clear_gain(
         load_checkpoint(tmp_path / "bad.ckpt")
 
 
+def test_an_unreadable_image_is_left_out_of_both_passes_and_reported_once(
+    tmp_path: Path,
+    trained_checkpoint: Path,
+    synthetic_root: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    images, masks, _ = _drawn_by(trained_checkpoint, synthetic_root, tmp_path / "c", True)
+    (images / "broken.jpg").write_bytes(b"not an image")
+    shutil.copy(next(masks.glob("*.png")), masks / "broken_segmentation.png")
+    code = _tune(trained_checkpoint, images, masks, tmp_path / "tuned")
+    assert code == 1  # the broken image is a failure of the evaluation, as without --tune-tta
+    printed = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert "(16 images; 1 left out, see above)" in printed and ": flips on" in printed
+    assert caplog.text.count("tuning the threshold without 1 image(s)") == 1
+
+
 def test_tune_tta_usage_errors(
     tmp_path: Path,
     trained_checkpoint: Path,

@@ -119,6 +119,7 @@ def tune_threshold(
     samples: Sequence[Sample],
     selection: str = "pooled_dice",
     reference: float | None = None,
+    warn: bool = True,
 ) -> TunedThreshold:
     """Sweep the candidate thresholds over every image's probabilities at its own resolution
     and choose as the training sweep does (:func:`tune_on_maps`; ties go to the highest).
@@ -129,6 +130,7 @@ def tune_threshold(
             (:func:`~skinet.evaluation.evaluate.read_labelled`) are left out and listed in
             ``failures``.
         selection, reference: As :func:`tune_on_maps`.
+        warn: Log the images left out (once per set: a second pass over it says nothing).
 
     Raises:
         DatasetError: no image could be read.
@@ -155,7 +157,7 @@ def tune_threshold(
         raise DatasetError(
             f"no image of the {len(samples)} given could be read to tune on"
         ) from error
-    if failures:
+    if failures and warn:
         log.warning(
             "tuning the threshold without %d image(s) that cannot be scored: %s",
             len(failures),
@@ -208,7 +210,7 @@ def choose_flips(
         predictor.tta = False
         plain = tune_threshold(predictor, samples, selection, reference)
         predictor.tta = True
-        flipped = tune_threshold(predictor, samples, selection, reference)
+        flipped = tune_threshold(predictor, samples, selection, reference, warn=False)
     finally:
         predictor.tta = was
     if len(flipped.per_image_jaccard) != len(plain.per_image_jaccard):  # the same images read
