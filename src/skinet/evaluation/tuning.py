@@ -119,7 +119,6 @@ def tune_threshold(
     samples: Sequence[Sample],
     selection: str = "pooled_dice",
     reference: float | None = None,
-    warn: bool = True,
 ) -> TunedThreshold:
     """Sweep the candidate thresholds over every image's probabilities at its own resolution
     and choose as the training sweep does (:func:`tune_on_maps`; ties go to the highest).
@@ -130,14 +129,26 @@ def tune_threshold(
             (:func:`~skinet.evaluation.evaluate.read_labelled`) are left out and listed in
             ``failures``.
         selection, reference: As :func:`tune_on_maps`.
-        warn: Log the images left out (once per set: a second pass over it says nothing).
 
     Raises:
         DatasetError: no image could be read.
     """
-    failures: dict[str, str] = {}
+    return _tune_ways(predictor, samples, (predictor.tta,), selection, reference)[0]
 
-    def maps() -> Iterable[tuple[np.ndarray, np.ndarray]]:
+
+def _tune_ways(
+    predictor: Predictor,
+    samples: Sequence[Sample],
+    ways: Sequence[bool],
+    selection: str,
+    reference: float | None,
+) -> list[TunedThreshold]:
+    """:func:`tune_threshold` once per way of predicting (``tta`` off or on), in one pass over
+    the images: each is read and preprocessed once. ``predictor.tta`` is left as it was."""
+    failures: dict[str, str] = {}
+    tuners = [MapTuner(selection, reference) for _ in ways]
+    was = predictor.tta
+    try:
         for start in range(0, len(samples), predictor.batch_size):
             pairs = []
             for sample in samples[start : start + predictor.batch_size]:
@@ -147,23 +158,27 @@ def tune_threshold(
                     failures[sample.id] = str(error)
             if not pairs:
                 continue
-            probs = predictor.predict_proba_batch([image for image, _ in pairs])
-            for prob, (_, mask) in zip(probs, pairs, strict=True):
-                yield prob, mask
-
+            prepared = [predictor.prepare(image) for image, _ in pairs]
+            for tta, tuner in zip(ways, tuners, strict=True):
+                predictor.tta = tta
+                probs = predictor.forward_prepared(prepared)
+                for prob, (_, placement), (_, mask) in zip(probs, prepared, pairs, strict=True):
+                    tuner.update(predictor.restore(prob, placement), mask)
+    finally:
+        predictor.tta = was
     try:
-        tuned = tune_on_maps(maps(), selection, reference)
+        tuned = [dataclasses.replace(tuner.result(), failures=failures) for tuner in tuners]
     except ValueError as error:
         raise DatasetError(
             f"no image of the {len(samples)} given could be read to tune on"
         ) from error
-    if failures and warn:
+    if failures:
         log.warning(
             "tuning the threshold without %d image(s) that cannot be scored: %s",
             len(failures),
             "; ".join(f"{i}: {why}" for i, why in list(failures.items())[:3]),
         )
-    return dataclasses.replace(tuned, failures=failures)
+    return tuned
 
 
 @dataclass(frozen=True)
@@ -198,26 +213,14 @@ def choose_flips(
     selection: str = "pooled_dice",
     reference: float | None = None,
 ) -> FlipChoice:
-    """Tune the threshold on ``samples`` without and with flips (:func:`tune_threshold`) and
-    keep flips only when their gain is clear (:class:`FlipChoice`). ``predictor.tta`` is left
-    as it was.
+    """Tune the threshold on ``samples`` without and with flips (:func:`tune_threshold`, both in
+    one pass over the images) and keep flips only when their gain is clear
+    (:class:`FlipChoice`). ``predictor.tta`` is left as it was.
 
     Raises:
         DatasetError: no image could be read.
     """
-    was = predictor.tta
-    try:
-        predictor.tta = False
-        plain = tune_threshold(predictor, samples, selection, reference)
-        predictor.tta = True
-        flipped = tune_threshold(predictor, samples, selection, reference, warn=False)
-    finally:
-        predictor.tta = was
-    if len(flipped.per_image_jaccard) != len(plain.per_image_jaccard):  # the same images read
-        raise DatasetError(
-            f"the images changed while tuning: {len(plain.per_image_jaccard)} scored without "
-            f"flips, {len(flipped.per_image_jaccard)} with them; run it again"
-        )
+    plain, flipped = _tune_ways(predictor, samples, (False, True), selection, reference)
     plain_scores = torch.tensor(plain.per_image_jaccard, dtype=torch.float64)
     gain = torch.tensor(flipped.per_image_jaccard, dtype=torch.float64) - plain_scores
     low, high = guard_interval(gain)
