@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from skinet.metrics.threshold_counts import per_image_jaccard, pooled_dice, select_threshold
+from skinet.metrics.threshold_counts import (
+    GUARD_MIN_IMAGES,
+    guard_interval,
+    is_clear_gain,
+    per_image_jaccard,
+    pooled_dice,
+    select_threshold,
+)
 from skinet.metrics.thresholds import ThresholdSweep
 
 GRID = torch.tensor([0.9, 0.7, 0.5, 0.3, 0.1])
@@ -45,6 +52,36 @@ def test_guarded_keeps_the_reference_unless_the_gain_is_clear() -> None:
     )
     with pytest.raises(ValueError, match="not among the candidates"):
         select_threshold(dice, unclear, GRID, "guarded", 0.42)
+
+
+def test_a_gain_on_fewer_than_six_images_is_never_clear() -> None:
+    """Every image gaining is no clear gain on five (by chance 1 in 32) and on one (where the
+    bootstrap interval has no width): the reference is kept, and flips are not chosen."""
+    from skinet.evaluation.tuning import TunedThreshold, judge_flips
+
+    gain_row = [(5, 5, 5), (6, 4, 4), (7, 3, 3), (9, 1, 1), (8, 5, 2)]
+    for n in (1, GUARD_MIN_IMAGES - 1):
+        few = _counts([gain_row] * n)
+        assert guard_interval(per_image_jaccard(few)[:, 3] - per_image_jaccard(few)[:, 2])[0] > 0
+        assert GRID[select_threshold(pooled_dice(few), few, GRID, "guarded", 0.5)] == (
+            pytest.approx(0.5)
+        )
+    enough = _counts([gain_row] * GUARD_MIN_IMAGES)
+    assert GRID[select_threshold(pooled_dice(enough), enough, GRID, "guarded", 0.5)] == (
+        pytest.approx(0.3)
+    )
+    assert not is_clear_gain(torch.full((GUARD_MIN_IMAGES - 1,), 0.1))
+    assert is_clear_gain(torch.full((GUARD_MIN_IMAGES,), 0.1))
+    for n, use in ((1, False), (GUARD_MIN_IMAGES - 1, False), (GUARD_MIN_IMAGES, True)):
+        plain = TunedThreshold(0.5, 0.8, n, per_image_jaccard=(0.7,) * n)
+        flipped = TunedThreshold(0.5, 0.9, n, per_image_jaccard=(0.8,) * n)
+        choice = judge_flips(plain, flipped)
+        assert choice.use is use and choice.gain == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="tuned on 3 images without them and on 2 with them"):
+        judge_flips(
+            TunedThreshold(0.5, 0.8, 3, per_image_jaccard=(0.7,) * 3),
+            TunedThreshold(0.5, 0.8, 2, per_image_jaccard=(0.7,) * 2),
+        )
 
 
 def test_ties_go_to_the_highest_threshold_and_empty_images_score_one() -> None:

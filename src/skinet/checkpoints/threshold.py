@@ -79,13 +79,20 @@ class Threshold:
         return cls(float(value), "fixed", set_by=GIVEN)
 
     @property
+    def tta(self) -> bool:
+        """Whether the tuning behind this threshold chose flips at prediction time
+        (``skinet evaluate --tune-tta``, ``skinet cv --tune-tta``): it was tuned on flipped
+        maps, and predicting follows unless told otherwise (``--no-tta``)."""
+        return bool((self.calibration or {}).get("tta", False))
+
+    @property
     def origin(self) -> str:
         """Where the value came from, in words (without the value)."""
         if self.source == "calibrated":
             calibration = self.calibration or {}
             where = calibration.get("tuned_on", "labelled images")
-            flips = ", tuned with flips" if calibration.get("tta") else ""
-            return f"calibrated on {where}, {calibration.get('num_images', '?')} images{flips}"
+            count = calibration.get("num_images", "?")
+            return f"calibrated on {where}, {count} images{self._flips}"
         if self.source == "fixed":
             return GIVEN if self.set_by == GIVEN else "fixed by the checkpoint's TRAIN_CONFIG"
         if self.source == "validation sweep":
@@ -97,9 +104,13 @@ class Threshold:
             calibration = self.calibration or {}
             return (
                 f"chosen on the {calibration.get('num_images', '?')} out-of-fold images of the "
-                f"cross-validation, {calibration.get('selection', 'pooled_dice')}"
+                f"cross-validation, {calibration.get('selection', 'pooled_dice')}{self._flips}"
             )
         return "the default: the checkpoint records none"
+
+    @property
+    def _flips(self) -> str:
+        return ", tuned with flips" if self.tta else ""
 
     def describe(self) -> str:
         """One line for the log: ``threshold 0.460 (calibrated on ..., 12 images)``."""
@@ -167,7 +178,8 @@ ENSEMBLE_THRESHOLD = "ensemble_threshold"
 
 def out_of_fold_threshold(record: Mapping[str, Any], members: Sequence[Threshold]) -> Threshold:
     """A ``skinet cv`` folder's threshold: its ``cv_results.json`` :data:`ENSEMBLE_THRESHOLD`
-    record (``value``, ``selection``, ``num_images``, ``tuned_on``), the folds' own as members."""
+    record (``value``, ``selection``, ``num_images``, ``tuned_on``; with ``skinet cv
+    --tune-tta`` also ``tta``, ``tta_gain`` and ``tta_interval``), the folds' own as members."""
     return Threshold(
         float(record["value"]), "out-of-fold", calibration=dict(record), members=tuple(members)
     )

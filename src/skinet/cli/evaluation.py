@@ -311,6 +311,7 @@ def _tune_threshold(
 ) -> Any:
     from skinet.evaluation.tuning import choose_flips, tune_threshold
     from skinet.metrics.figures import signed
+    from skinet.metrics.threshold_counts import GUARD_MIN_IMAGES
 
     reference = float(predictor.threshold)
     flips = None
@@ -321,7 +322,8 @@ def _tune_threshold(
     else:
         tuned = tune_threshold(predictor, samples, args.threshold_selection, reference)
     predictor.threshold_choice = tuned.as_threshold(where)
-    kept = " (the model's own: no clear gain)" if tuned.kept_reference else ""
+    few = f" on fewer than {GUARD_MIN_IMAGES} images" if tuned.num_images < GUARD_MIN_IMAGES else ""
+    kept = f" (the model's own: no clear gain{few})" if tuned.kept_reference else ""
     left_out = f"; {len(tuned.failures)} left out, see above" if tuned.failures else ""
     print(
         f"tuned threshold on {where} ({tuned.num_images} images{left_out}): "
@@ -331,7 +333,7 @@ def _tune_threshold(
     )
     if flips is not None:
         low, high = flips.interval
-        verdict = "flips on" if flips.use else "flips off (no clear gain)"
+        verdict = "flips on" if flips.use else f"flips off (no clear gain{few})"
         print(
             f"flips at prediction time on {where}: mean per-image Jaccard {signed(flips.gain)} "
             f"[{signed(low)}, {signed(high)}] (plain {flips.plain.mean_jaccard:.4f} at "

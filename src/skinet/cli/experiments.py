@@ -16,6 +16,7 @@ from skinet.cli.arguments import (
     positive_int,
 )
 from skinet.cli.extras import SWEEP_MODULES, TRAINING_MODULES, requires
+from skinet.config.errors import UsageError
 
 if TYPE_CHECKING:
     from skinet.config.experiment import ExperimentConfig
@@ -132,7 +133,14 @@ def run_cv_command(args: argparse.Namespace) -> int:
     """``skinet cv``: k-fold cross-validation, resumable."""
     from skinet.experiments.cv import run_cv
 
-    result = run_cv(_load(args), args.folds)
+    cfg = _load(args)
+    if args.tune_tta and cfg.train.optimal_threshold is not None:
+        raise UsageError(
+            "--tune-tta decides flips together with the ensemble's threshold, which "
+            f"TRAIN_CONFIG.optimal_threshold fixes at {cfg.train.optimal_threshold}: set it "
+            "to null, or leave out --tune-tta"
+        )
+    result = run_cv(cfg, args.folds, tune_tta=args.tune_tta)
     if result.skipped:
         print(f"folds already finished and not retrained: {result.skipped}")
     print(f"results: {result.cv_dir / CV_TABLE_FILE} and {result.cv_dir / CV_SUMMARY_FILE}")
@@ -234,6 +242,14 @@ def add_experiment_subcommands(subparsers: Any) -> None:
     _add_config_arguments(cv)
     add_init_from_option(cv)
     cv.add_argument("--folds", type=positive_int, default=5, metavar="K", help="(default: 5)")
+    cv.add_argument(
+        "--tune-tta",
+        action="store_true",
+        help="also decide flips at prediction time for the folds' ensemble: tune its threshold "
+        "on the out-of-fold images with and without them, keep them only when their gain is "
+        "clear (as evaluate --tune-tta); a second pass, 4x the compute. Run again on a "
+        "finished cv to decide without retraining",
+    )
     cv.set_defaults(func=run_cv_command)
     sweep.set_defaults(func=run_sweep_command)
     seeds.set_defaults(func=run_seeds_command)

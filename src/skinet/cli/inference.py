@@ -77,10 +77,13 @@ def build_predictor(args: argparse.Namespace) -> Any:
         batch_size=args.batch_size,
     )
     flips = ""
+    calibrated = predictor.threshold_choice.source == "calibrated"
     if predictor.tta:
-        flips = "; flips at prediction time" + (" (--tta)" if args.tta else " (as calibrated)")
-    elif args.tta is False and predictor.calibration and predictor.calibration.get("tta"):
-        flips = "; without the flips it was calibrated with (--no-tta)"
+        chose = "calibrated" if calibrated else "its cross-validation chose"
+        flips = "; flips at prediction time" + (" (--tta)" if args.tta else f" (as {chose})")
+    elif args.tta is False and predictor.threshold_choice.tta:
+        tuned = "calibrated" if calibrated else "tuned"
+        flips = f"; without the flips it was {tuned} with (--no-tta)"
     log.info("%s%s", predictor.threshold_choice.describe(), flips)
     return predictor
 

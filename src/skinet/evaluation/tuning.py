@@ -19,7 +19,7 @@ from skinet.datasets.layouts import Sample
 from skinet.evaluation.evaluate import UnscorableImage, read_labelled
 from skinet.imaging.errors import DatasetError
 from skinet.inference.predictor import Predictor
-from skinet.metrics.threshold_counts import guard_interval, per_image_jaccard
+from skinet.metrics.threshold_counts import guard_interval, is_clear_gain, per_image_jaccard
 from skinet.metrics.thresholds import ThresholdSweep
 
 log = logging.getLogger(__name__)
@@ -145,8 +145,34 @@ def _tune_ways(
 ) -> list[TunedThreshold]:
     """:func:`tune_threshold` once per way of predicting (``tta`` off or on), in one pass over
     the images: each is read and preprocessed once. ``predictor.tta`` is left as it was."""
-    failures: dict[str, str] = {}
     tuners = [MapTuner(selection, reference) for _ in ways]
+    failures = feed_ways(predictor, samples, ways, tuners)
+    try:
+        tuned = [dataclasses.replace(tuner.result(), failures=failures) for tuner in tuners]
+    except ValueError as error:
+        raise DatasetError(
+            f"no image of the {len(samples)} given could be read to tune on"
+        ) from error
+    if failures:
+        log.warning(
+            "tuning the threshold without %d image(s) that cannot be scored: %s",
+            len(failures),
+            "; ".join(f"{i}: {why}" for i, why in list(failures.items())[:3]),
+        )
+    return tuned
+
+
+def feed_ways(
+    predictor: Predictor,
+    samples: Sequence[Sample],
+    ways: Sequence[bool],
+    tuners: Sequence[MapTuner],
+) -> dict[str, str]:
+    """Feed each of ``tuners`` every sample's probabilities predicted its way (``tta`` off or
+    on, ``ways`` in the same order), reading and preprocessing each image once; the images
+    left out (:func:`~skinet.evaluation.evaluate.read_labelled`), with the reason.
+    ``predictor.tta`` is left as it was."""
+    failures: dict[str, str] = {}
     was = predictor.tta
     try:
         for start in range(0, len(samples), predictor.batch_size):
@@ -166,19 +192,7 @@ def _tune_ways(
                     tuner.update(predictor.restore(prob, placement), mask)
     finally:
         predictor.tta = was
-    try:
-        tuned = [dataclasses.replace(tuner.result(), failures=failures) for tuner in tuners]
-    except ValueError as error:
-        raise DatasetError(
-            f"no image of the {len(samples)} given could be read to tune on"
-        ) from error
-    if failures:
-        log.warning(
-            "tuning the threshold without %d image(s) that cannot be scored: %s",
-            len(failures),
-            "; ".join(f"{i}: {why}" for i, why in list(failures.items())[:3]),
-        )
-    return tuned
+    return failures
 
 
 @dataclass(frozen=True)
@@ -187,8 +201,10 @@ class FlipChoice:
 
     ``plain`` and ``flipped`` are the threshold tuned without and with flips, each by the same
     rule; ``gain`` is flips' mean per-image Jaccard gain, each way at its own threshold, with its
-    95% paired bootstrap ``interval`` over the images. Flips are used only when the lower end is
-    above 0 (the ``guarded`` threshold rule's test): 20-50 images rarely justify 4x the compute.
+    95% paired bootstrap ``interval`` over the images. Flips are used only when the gain is
+    clear, by the ``guarded`` threshold rule's test
+    (:func:`~skinet.metrics.threshold_counts.is_clear_gain`: the lower end above 0, on at least
+    six images): 20-50 images rarely justify 4x the compute.
     """
 
     use: bool
@@ -221,7 +237,21 @@ def choose_flips(
         DatasetError: no image could be read.
     """
     plain, flipped = _tune_ways(predictor, samples, (False, True), selection, reference)
+    return judge_flips(plain, flipped)
+
+
+def judge_flips(plain: TunedThreshold, flipped: TunedThreshold) -> FlipChoice:
+    """:class:`FlipChoice` from the thresholds tuned without and with flips on the same images,
+    in the same order (each image's Jaccard at its way's threshold, paired).
+
+    Raises:
+        ValueError: the two were tuned on different numbers of images.
+    """
+    if len(plain.per_image_jaccard) != len(flipped.per_image_jaccard):
+        raise ValueError(
+            f"flips are judged image by image: tuned on {len(plain.per_image_jaccard)} images "
+            f"without them and on {len(flipped.per_image_jaccard)} with them"
+        )
     plain_scores = torch.tensor(plain.per_image_jaccard, dtype=torch.float64)
     gain = torch.tensor(flipped.per_image_jaccard, dtype=torch.float64) - plain_scores
-    low, high = guard_interval(gain)
-    return FlipChoice(low > 0.0, float(gain.mean()), (low, high), plain, flipped)
+    return FlipChoice(is_clear_gain(gain), float(gain.mean()), guard_interval(gain), plain, flipped)

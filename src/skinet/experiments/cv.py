@@ -23,24 +23,22 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from skinet.checkpoints.cv_folder import CV_RESULTS_DIR, CV_SUMMARY_FILE, CV_TABLE_FILE
-from skinet.checkpoints.threshold import DEFAULT_THRESHOLD, ENSEMBLE_THRESHOLD, rounded
+from skinet.checkpoints.threshold import ENSEMBLE_THRESHOLD
 from skinet.config.errors import UsageError
 from skinet.config.experiment import ExperimentConfig
 from skinet.datasets.locate import index_dataset
 from skinet.datasets.splits import write_split_file
 from skinet.experiments.mlflow_parent import start_group_run
+from skinet.experiments.out_of_fold import score_out_of_fold
 from skinet.experiments.search_space import config_with_overrides
 from skinet.experiments.summary import print_table, summarize_runs, write_csv, write_json
 from skinet.tracking import runs as tracking_runs
 from skinet.tracking.mlflow_utils import resolve_tracking_uri
-
-if TYPE_CHECKING:
-    from skinet.evaluation.tuning import MapTuner
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +162,15 @@ def carve_folds(cfg: ExperimentConfig, folds: int) -> list[dict[str, list[str]]]
 
 
 def run_cv(
-    cfg: ExperimentConfig, folds: int, run_training_fn: Callable[..., Any] | None = None
+    cfg: ExperimentConfig,
+    folds: int,
+    run_training_fn: Callable[..., Any] | None = None,
+    tune_tta: bool = False,
 ) -> CvResult:
-    """Train one model per fold (skipping finished folds), then summarise, write and log."""
+    """Train one model per fold (skipping finished folds), then summarise, write and log.
+
+    The out-of-fold pass (:func:`~skinet.experiments.out_of_fold.score_out_of_fold`) runs
+    every time, so a finished cv run again with ``tune_tta`` decides flips without training."""
     if run_training_fn is None:
         from skinet.training.run import run_training
 
@@ -221,119 +225,11 @@ def run_cv(
                 "mlflow_run_id": result.mlflow_run_id,
             },
         )
-    out_of_fold = score_out_of_fold(cfg, cv_dir, fold_splits, checkpoints)
+    out_of_fold = score_out_of_fold(cfg, cv_dir, fold_splits, checkpoints, tune_tta)
     cv = _summarise(cfg, cv_dir, per_fold, checkpoints, parent, skipped, out_of_fold)
     if parent is not None and uri is not None:
         _log_parent(uri, parent, cv)
     return cv
-
-
-OUT_OF_FOLD = "out_of_fold"
-"""Folder of the out-of-fold evaluation in a cv folder."""
-OOF_SELECTION = (
-    "optimistic: each fold's best epoch and threshold were chosen on the validation chunk it "
-    "is scored on; single fold models, not their ensemble (the test split is unbiased)"
-)
-"""What the out-of-fold figures are, in their report."""
-
-
-def score_out_of_fold(
-    cfg: ExperimentConfig,
-    cv_dir: Path,
-    fold_splits: list[dict[str, list[str]]],
-    checkpoints: dict[int, str | None],
-) -> dict[str, Any] | None:
-    """Each fold's best model on its own validation chunk, pooled: ``<cv>/out_of_fold/``.
-
-    Every training image is scored once, by the one model that did not train on it (nnU-Net's
-    way of validating a cross-validation), at the original resolution with each fold's own
-    threshold. Each fold's best epoch and threshold were chosen on that same chunk, so this is
-    the pooled validation figure of the single fold models, optimistic as any validation
-    figure, and not a score of the folds' ensemble; the report says so (``selection``).
-
-    The same pass chooses the ensemble's threshold on the pooled out-of-fold probabilities
-    (:func:`ensemble_tuner`): one choice on every training image instead of the mean
-    of the folds' choices, each made on one chunk. Returns the summary, with that choice under
-    ``ensemble_threshold`` (``None`` when a fold has no best checkpoint).
-    """
-    from skinet.evaluation.evaluate import EvaluationResult, evaluate_predictor, write_evaluation
-    from skinet.inference.predictor import Predictor
-
-    if any(checkpoints.get(fold) is None for fold in range(1, len(fold_splits) + 1)):
-        log.warning("out-of-fold scores skipped: a fold has no best checkpoint")
-        return None
-    _, splits = index_dataset(cfg)
-    by_id = {s.id: s for name in ("train", "val") for s in splits.get(name, [])}
-    pooled = EvaluationResult(
-        info={"kind": "out-of-fold", "cv_folder": str(cv_dir), "selection": OOF_SELECTION}
-    )
-    thresholds = {}
-    tuner: MapTuner | None = None
-    for fold, ids in enumerate(fold_splits, start=1):
-        predictor = Predictor.from_checkpoint(str(checkpoints[fold]), device="auto")
-        thresholds[str(fold)] = predictor.threshold
-        if tuner is None and cfg.train.optimal_threshold is None:
-            tuner = ensemble_tuner(predictor.config)
-        part = evaluate_predictor(
-            predictor,
-            [by_id[i] for i in ids["val"]],
-            progress=False,
-            on_probabilities=None if tuner is None else tuner.update,
-        )
-        for name in ("metrics", "surface", "sizes", "failures"):
-            getattr(pooled, name).update(getattr(part, name))
-    pooled.info["fold_thresholds"] = thresholds
-    if tuner is not None and tuner.count > 0:
-        pooled.info[ENSEMBLE_THRESHOLD] = ensemble_record(tuner, cv_dir)
-    write_evaluation(pooled, cv_dir / OUT_OF_FOLD)
-    summary = pooled.summary
-    log.info(
-        "out-of-fold validation (each fold's model on the chunk that chose its epoch and "
-        "threshold: optimistic): mean per-image Jaccard %.4f over %d images (%s)",
-        summary["mean_jaccard"],
-        summary["num_images"],
-        cv_dir / OUT_OF_FOLD,
-    )
-    if ENSEMBLE_THRESHOLD in summary:
-        chosen = summary[ENSEMBLE_THRESHOLD]
-        log.info(
-            "the ensemble's threshold: %.2f, chosen on the %d out-of-fold images (%s; the folds "
-            "chose %s)",
-            chosen["value"],
-            chosen["num_images"],
-            chosen["selection"],
-            ", ".join(f"{t:.2f}" for t in thresholds.values()),
-        )
-    return summary
-
-
-def ensemble_tuner(fold_config: ExperimentConfig) -> MapTuner:
-    """The sweep that chooses the folds' ensemble threshold: the folds' own rule
-    (``TRAIN_CONFIG.threshold_selection``) and reference (``threshold_reference``, which
-    fine-tuning resolves to the source checkpoint's; else 0.5)."""
-    from skinet.evaluation.tuning import MapTuner
-
-    train = fold_config.train
-    reference = train.threshold_reference
-    return MapTuner(
-        train.threshold_selection, DEFAULT_THRESHOLD if reference is None else reference
-    )
-
-
-def ensemble_record(tuner: MapTuner, cv_dir: Path) -> dict[str, Any]:
-    """``cv_results.json``'s :data:`ENSEMBLE_THRESHOLD`: the value and how it was chosen."""
-    tuned = tuner.result()
-    record: dict[str, Any] = {
-        "value": tuned.threshold,
-        "selection": tuned.selection,
-        "num_images": tuned.num_images,
-        "tuned_on": f"out-of-fold images of {cv_dir.name}",
-        "pooled_dice": tuned.dice,
-        "mean_jaccard": tuned.mean_jaccard,
-    }
-    if tuned.reference is not None:
-        record["source_threshold"] = tuned.reference
-    return rounded(record)
 
 
 def _summarise(

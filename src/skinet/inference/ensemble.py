@@ -5,7 +5,8 @@ constancy, normalisation): every image is then preprocessed once and fed to ever
 the ensemble exports as one graph. Checkpoints trained differently are refused with the field
 that differs. The threshold is the mean of the members' thresholds unless one is given
 (:func:`skinet.checkpoints.threshold.ensemble_mean`), except for one ``skinet cv`` folder: the
-threshold its cross-validation chose on the out-of-fold images (:func:`ensemble_threshold`).
+threshold its cross-validation chose on the out-of-fold images (:func:`ensemble_threshold`),
+and with ``skinet cv --tune-tta`` whether to predict with flips.
 """
 
 from __future__ import annotations
@@ -175,15 +176,15 @@ class EnsemblePredictor(Predictor):
         **kwargs: Any,
     ) -> EnsemblePredictor:
         """Load the checkpoints (files or cv folders); threshold: :func:`ensemble_threshold` if
-        ``None``."""
+        ``None``; ``tta`` (``None`` or absent): as a cv folder's ``--tune-tta`` chose, else no
+        (members' own calibrations do not decide it)."""
         checkpoints = [load_checkpoint(p) for p in resolve_checkpoints(paths)]
         check_compatible(checkpoints)
         thresholds = [c.threshold_choice for c in checkpoints]
-        chosen = (
-            ensemble_threshold(paths, checkpoints)
-            if threshold is None
-            else Threshold.given(threshold)
-        )
+        recorded = ensemble_threshold(paths, checkpoints)
+        chosen = recorded if threshold is None else Threshold.given(threshold)
+        if kwargs.get("tta") is None:
+            kwargs["tta"] = recorded.source == "out-of-fold" and recorded.tta
         return cls(
             [build_model(c) for c in checkpoints],
             checkpoints[0].config,

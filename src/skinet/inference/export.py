@@ -273,8 +273,9 @@ def export_checkpoint(
         sidecar.update(threshold=threshold.value, threshold_source=threshold.to_dict())
         sidecar["checkpoint"] = [str(c.path) for c in checkpoints]
         sidecar["ensemble"] = "mean of the members' probabilities"
-        sidecar["tta"] = False  # an ensemble predicts with flips only when asked (--tta)
-    _warn_about_flips(checkpoints, sidecar_path(output).name)
+        # flips as a cv folder's --tune-tta chose them; else only when asked (--tta)
+        sidecar["tta"] = threshold.source == "out-of-fold" and threshold.tta
+    _warn_about_flips(checkpoints, sidecar_path(output).name, sidecar["tta"])
     parity: ParityResult | None = None
     if fmt == "onnx" and importlib.util.find_spec("onnxruntime") is None:
         log.warning("onnxruntime is not installed: parity check skipped (pip install onnxruntime)")
@@ -295,17 +296,23 @@ def export_checkpoint(
     return parity
 
 
-def _warn_about_flips(checkpoints: Sequence[SkinetCheckpoint], sidecar: str) -> None:
-    """Say where a calibration's flips (``--tune-tta``) do not reach the exported graph."""
-    if len(checkpoints) == 1 and checkpoints[0].tta:
+def _warn_about_flips(checkpoints: Sequence[SkinetCheckpoint], sidecar: str, tta: bool) -> None:
+    """Say where flips chosen by a tuning (``--tune-tta``; ``tta``: the sidecar's choice) do
+    not reach the exported graph."""
+    if tta:
+        which = (
+            f"{checkpoints[0].path} was calibrated"
+            if len(checkpoints) == 1
+            else "the cross-validation chose"
+        )
         log.warning(
-            "%s was calibrated to predict with flips (--tune-tta), which the exported graph does "
-            "not do: average its probabilities over the image and its horizontal, vertical and "
-            'both flips before the threshold ("tta": true in %s)',
-            checkpoints[0].path,
+            "%s to predict with flips (--tune-tta), which the exported graph does not do: "
+            "average its probabilities over the image and its horizontal, vertical and both "
+            'flips before the threshold ("tta": true in %s)',
+            which,
             sidecar,
         )
-    elif flipped := [str(c.path) for c in checkpoints if c.tta]:
+    elif len(checkpoints) > 1 and (flipped := [str(c.path) for c in checkpoints if c.tta]):
         log.warning(
             "ensemble members %s were calibrated with flips, which neither the ensemble's "
             "threshold nor the exported graph uses",

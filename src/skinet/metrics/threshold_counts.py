@@ -18,6 +18,11 @@ from torch import Tensor
 SELECTIONS = ("pooled_dice", "per_image", "guarded")
 """How a sweep picks its threshold (:func:`select_threshold`)."""
 GUARD_DRAWS, GUARD_CONFIDENCE = 2000, 0.95
+GUARD_MIN_IMAGES = 6
+"""The fewest images on which the ``guarded`` rules see a clear gain. On fewer, even every
+image gaining is no evidence at the guard's confidence: five images all gain by chance with
+probability 1/32 when nothing changes, above the 2.5% a one-sided 95% interval allows (a sign
+test needs six); and on one image the bootstrap interval has no width at all."""
 
 
 def compare_dtype(probs: Tensor) -> torch.dtype:
@@ -57,8 +62,9 @@ def select_threshold(
     - ``per_image``: the highest mean per-image Jaccard (what evaluation reports), which a few
       large lesions do not dominate;
     - ``guarded``: ``per_image``'s choice only when its gain over ``reference`` in mean
-      per-image Jaccard is clear (the lower end of a 95% paired bootstrap interval over the
-      images is above 0), else ``reference``: a few images rarely justify a move.
+      per-image Jaccard is clear (:func:`is_clear_gain`: the lower end of a 95% paired
+      bootstrap interval over at least :data:`GUARD_MIN_IMAGES` images is above 0), else
+      ``reference``: a few images rarely justify a move.
 
     Ties go to the highest threshold. ``reference`` must be one of ``thresholds``.
     """
@@ -79,8 +85,13 @@ def select_threshold(
     kept = int(matches[0])
     if best == kept:
         return kept
-    low, _ = guard_interval(jaccard[:, best] - jaccard[:, kept])
-    return best if low > 0.0 else kept
+    return best if is_clear_gain(jaccard[:, best] - jaccard[:, kept]) else kept
+
+
+def is_clear_gain(gain: Tensor) -> bool:
+    """The ``guarded`` rules' test of per-image ``gain`` ``(N,)``: at least
+    :data:`GUARD_MIN_IMAGES` images, and the lower end of :func:`guard_interval` above 0."""
+    return gain.numel() >= GUARD_MIN_IMAGES and guard_interval(gain)[0] > 0.0
 
 
 def guard_interval(gain: Tensor) -> tuple[float, float]:
