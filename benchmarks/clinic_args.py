@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from clinic_tables import BLEND, CALIBRATED, FLIPS, SHIPPED, SOURCE, blended_base
+from clinic_tables import BLEND, CALIBRATED, FLIPS, SHIPPED, SOURCE, TTA, blended_base, flipped_base
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -98,23 +98,32 @@ def parse_variants(args: argparse.Namespace, options: dict[str, Any]) -> list[st
         ValueError: An unknown variant, a blend before its arm, a weight outside [0, 1], or a
             ``--define`` with the name of one of the study's own arms.
     """
-    reserved = [name for name in options if blended_base(name) or kfold_variant(name)]
+    reserved = [name for name in options if _derived_base(name) or kfold_variant(name)]
     if reserved:
         raise ValueError(
-            f"--define {reserved}: names that start with {KFOLD} or {BLEND}_ are the study's "
-            "own arms; name the variant otherwise"
+            f"--define {reserved}: names that start with {KFOLD}, {BLEND}_ or {TTA}_ are the "
+            "study's own arms; name the variant otherwise"
         )
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     known = [v for v in variants if v in options or kfold_variant(v) in options]
-    unknown = [v for v in variants if v not in known and blended_base(v) not in known]
+    unknown = [v for v in variants if v not in known and _derived_base(v) not in known]
     if unknown:
         raise ValueError(f"unknown variant(s) {unknown}; see --list")
     for k, arm in enumerate(variants):
         if (base := blended_base(arm)) is not None and base not in variants[:k]:
             raise ValueError(f"{arm} blends the arm {base} with the source: list {base} before it")
+        if (base := flipped_base(arm)) is not None:
+            if kfold_variant(base) is None:
+                raise ValueError(f"{arm}: flips are chosen out of fold, {base} is no {KFOLD} arm")
+            if base not in variants[:k]:
+                raise ValueError(f"{arm} scores the folds of {base}: list {base} before it")
     if not 0.0 <= args.blend <= 1.0:
         raise ValueError(f"--blend {args.blend}: the weight of the fine-tuned model, in [0, 1]")
     return variants
+
+
+def _derived_base(arm: str) -> str | None:
+    return blended_base(arm) or flipped_base(arm)
 
 
 def parse_calibrations(text: str) -> list[str]:

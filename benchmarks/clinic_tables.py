@@ -16,6 +16,9 @@ BLEND = "wise"
 FLIPS = "flips"
 """``calibrated_flips``: the guarded calibration deciding flips as well (``--tune-tta``);
 ``source_flips``: the source model with flips on every image."""
+TTA = "tta"
+"""``tta_<kfold arm>``: ``<kfold arm>``'s folds predicting with flips as their cross-validation
+chose them on the out-of-fold images (``skinet cv --tune-tta``), nothing retrained."""
 DERIVED = {f"{CALIBRATED}_{FLIPS}": f"{CALIBRATED}_guarded"}
 """An arm tabled against the arm it adds one thing to."""
 
@@ -25,19 +28,26 @@ def blended_base(arm: str) -> str | None:
     return arm.removeprefix(f"{BLEND}_") if arm.startswith(f"{BLEND}_") else None
 
 
+def flipped_base(arm: str) -> str | None:
+    """The k-fold arm a ``tta_<arm>`` arm scores with its flips choice (``None``: not one)."""
+    return arm.removeprefix(f"{TTA}_") if arm.startswith(f"{TTA}_") else None
+
+
 def derived_from(arm: str) -> str | None:
-    """The arm ``arm`` is tabled against besides the references: a blend's base, the guarded
-    calibration for the one that decides flips too (``None``: none)."""
-    return blended_base(arm) or DERIVED.get(arm)
+    """The arm ``arm`` is tabled against besides the references: a blend's base, a k-fold
+    arm's for the same folds with their flips choice, the guarded calibration for the one that
+    decides flips too (``None``: none)."""
+    return blended_base(arm) or flipped_base(arm) or DERIVED.get(arm)
 
 
 def tables(
     studies: Sequence[dict[str, dict[str, dict[str, Any]]]], against: Sequence[str] = ()
 ) -> str:
-    """The arms against ``source``, ``calibrated`` and ``finetune``, each ``wise_<arm>``
-    against ``<arm>`` and ``calibrated_flips`` against ``calibrated_guarded``, per source and
-    over the sources. Several studies (another source model each, the same sources) are
-    pooled: each source model is a run of every arm, and a run's arms are resampled together.
+    """The arms against ``source``, ``calibrated`` and ``finetune``, each ``wise_<arm>`` and
+    ``tta_<arm>`` against ``<arm>`` and ``calibrated_flips`` against ``calibrated_guarded``,
+    per source and over the sources. Several studies (another source model each, the same
+    sources) are pooled: each source model is a run of every arm, and a run's arms are
+    resampled together.
     Studies of one source model (the same ``source`` scores: another fine-tuning seed) are
     averaged per image into one run, so that no source model counts twice. ``against``: more
     arms to table every other arm against.

@@ -30,7 +30,11 @@ the model, the rest are the check set. Every arm is scored on the check set only
   fine-tunes on the others and chooses its epoch and threshold on its own chunk), scored as the
   ensemble of the K fold models (their mean probability, at the threshold the cv chose on the
   pooled out-of-fold images), as ``skinet evaluate --checkpoint <cv folder>`` scores it;
-  ``kfold_<variant>`` (``kfold_guarded``, ...): the same with a variant's overrides;
+  ``kfold_<variant>`` (``kfold_guarded``, ...): the same with a variant's overrides; the cv
+  runs with ``--tune-tta``, and a k-fold arm is scored without flips at the threshold chosen
+  without them;
+- ``tta_<kfold arm>`` (``tta_kfold``, ...): the same folds with the flips and threshold their
+  cv chose on the out-of-fold images (``skinet cv --tune-tta``), nothing retrained;
 - ``wise_<arm>`` (``wise_finetune``, ``wise_kfold``, ...): the models an earlier fine-tuning arm
   trained, each with its weights interpolated with the source's (WiSE-FT, Wortsman et al. 2022:
   ``(1 - w) * source + w * fine-tuned``, ``w = --blend``, default 0.5), nothing retrained.
@@ -50,7 +54,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -58,8 +61,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from skinet.runtime.allocator import MALLOC_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from clinic_args import (  # noqa: E402
@@ -72,11 +73,31 @@ from clinic_args import (  # noqa: E402
     parse_variants,
     read_study,
 )
-from clinic_tables import BLEND, CALIBRATED, FLIPS, SHIPPED, SOURCE, blended_base, tables  # noqa: E402
+from clinic_arms import (  # noqa: E402
+    KEEP_OVERRIDE,
+    SCORES_FILE,
+    blend_arm,
+    fine_tune,
+    fine_tune_folds,
+    fine_tuned_checkpoints,
+    flipped_folds,
+    out_of_fold_choice,
+    source_threshold,
+)
+from clinic_tables import (  # noqa: E402
+    BLEND,
+    CALIBRATED,
+    FLIPS,
+    SHIPPED,
+    SOURCE,
+    TTA,
+    blended_base,
+    flipped_base,
+    tables,
+)
 from study_cells import parse_definitions  # noqa: E402  (the same --define syntax)
 
 KEEP_THRESHOLD = "keep_threshold"
-KEEP_OVERRIDE = "TRAIN_CONFIG.optimal_threshold"
 VARIANTS: dict[str, dict[str, Any]] = {
     SHIPPED: {},
     KEEP_THRESHOLD: {},  # TRAIN_CONFIG.optimal_threshold: the source checkpoint's threshold
@@ -95,7 +116,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "freeze": {"TRAIN_CONFIG.freeze_encoder_epochs": 3},
 }
 """Fine-tuning variant -> config overrides on top of ``configs/clinic.yaml``."""
-SCORES_FILE = "scores.json"
 
 
 def split_source(
@@ -158,132 +178,12 @@ def calibrate(
     return [calibrated], {"threshold": summary.get("threshold"), "tta": summary.get("tta")}
 
 
-def _skinet(
-    args: argparse.Namespace, command: list[str], adapt: Path, arm_dir: Path, overrides: dict
-) -> int:
-    """Run ``skinet <command>`` on the adapt images, its output in ``arm_dir/train.log``."""
-    command = [sys.executable, "-m", "skinet.cli.main", *command, "--config", str(args.config)]
-    settings = {
-        "TRAIN_CONFIG.init_checkpoint": str(args.checkpoint),
-        "DATA_CONFIG.data_dir": str(adapt),
-        "TRAIN_CONFIG.output_dir": str(arm_dir / "runs"),
-        "TRAIN_CONFIG.enable_progress_bar": False,
-        "TRAIN_CONFIG.use_mlflow_logger": False,
-        "TRAIN_CONFIG.seed": args.seed,
-        **overrides,
-    }
-    for key, value in settings.items():
-        command += ["--set", f"{key}={json.dumps(value)}"]
-    with (arm_dir / "train.log").open("w") as log:
-        return subprocess.run(
-            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **MALLOC_ENV}
-        ).returncode
-
-
-def fine_tune_folds(
-    args: argparse.Namespace, adapt: Path, arm_dir: Path, overrides: dict[str, Any]
-) -> tuple[list[Path], dict[str, Any]]:
-    """``skinet cv --folds K`` with the fine-tuning config; the cv folder (its ensemble)."""
-    code = _skinet(args, ["cv", "--folds", str(args.folds)], adapt, arm_dir, overrides)
-    cv_dirs = sorted((arm_dir / "runs").glob("cv_*"))
-    if code != 0 or not cv_dirs:
-        raise RuntimeError(f"skinet cv exited {code}; see {arm_dir / 'train.log'}")
-    runs = trained_runs(arm_dir)
-    thresholds = [run["metrics"]["val_optimal_threshold"] for run in runs]
-    chosen = json.loads((cv_dirs[0] / "cv_results.json").read_text()).get("ensemble_threshold")
-    info = {
-        "epochs": round(float(np.mean([run["epochs_trained"] for run in runs])), 1),
-        "best_epoch": None,
-        "fit_seconds": round(float(sum(run["fit_seconds"] for run in runs)), 1),
-        "threshold": float(np.mean(thresholds)) if chosen is None else chosen["value"],
-        "fold_thresholds": thresholds,
-        "stopped_by": [run.get("stopped_by") for run in runs],
-    }
-    return [cv_dirs[0]], info
-
-
-def fine_tune(
-    args: argparse.Namespace, adapt: Path, arm_dir: Path, overrides: dict[str, Any]
-) -> tuple[list[Path], dict[str, Any]]:
-    """``skinet train --config configs/clinic.yaml --init-from CKPT`` on the adapt images."""
-    code = _skinet(args, ["train", "--no-visualize"], adapt, arm_dir, overrides)
-    runs = trained_runs(arm_dir)
-    if code != 0 or not runs:
-        raise RuntimeError(f"skinet train exited {code}; see {arm_dir / 'train.log'}")
-    trained = runs[-1]
-    metrics = trained.get("metrics", {})
-    info = {
-        "epochs": trained.get("epochs_trained"),
-        "best_epoch": metrics.get("best_epoch"),
-        "fit_seconds": trained.get("fit_seconds"),
-        "threshold": metrics.get("val_optimal_threshold", overrides.get(KEEP_OVERRIDE)),
-        "stopped_by": trained.get("stopped_by"),
-    }
-    return [Path(trained["best_checkpoint"])], info
-
-
-def trained_runs(arm_dir: Path) -> list[dict[str, Any]]:
-    """The ``metrics.json`` of each model a fine-tuning arm trained: each fold's of its cv, or
-    its latest run's."""
-    cv_dirs = sorted((arm_dir / "runs").glob("cv_*"))
-    if cv_dirs:
-        folds = sorted(cv_dirs[0].glob("results/fold_*.json"))
-        paths = [Path(json.loads(p.read_text())["run_dir"]) / "metrics.json" for p in folds]
-    else:
-        trained = (arm_dir / "runs").glob("*/metrics.json")
-        paths = sorted(trained, key=lambda p: p.stat().st_mtime)[-1:]
-    return [json.loads(path.read_text()) for path in paths]
-
-
-def fine_tuned_checkpoints(arm_dir: Path) -> list[Path]:
-    """The best checkpoint of each model a fine-tuning arm trained: its run's, or each fold's."""
-    return [Path(run["best_checkpoint"]) for run in trained_runs(arm_dir)]
-
-
-def blend_arm(
-    source: Path, base_dir: Path, arm_dir: Path, weight: float
-) -> tuple[list[Path], dict[str, Any]]:
-    """WiSE-FT (Wortsman et al., 2022): each model of the fine-tuning arm in ``base_dir`` with
-    its weights interpolated with the source's, ``(1 - weight) * source + weight * tuned``.
-    A weight the source lacks (a head added while fine-tuning) is kept as tuned. The blends
-    keep the rest of their checkpoints (config, the model they started from; no optimizer
-    state) and are scored as the base arm is: alone, or as the ensemble of the folds, at the
-    base arm's threshold."""
-    import torch
-
-    from skinet.checkpoints.read import read_checkpoint_file
-    from skinet.checkpoints.state_dict import normalize_state_dict_keys
-
-    start = normalize_state_dict_keys(read_checkpoint_file(source)["state_dict"])
-    tuned_models = fine_tuned_checkpoints(base_dir)
-    blends = []
-    for k, tuned in enumerate(tuned_models, 1):
-        checkpoint = read_checkpoint_file(tuned)
-        state = normalize_state_dict_keys(checkpoint["state_dict"])
-        differ = [key for key in start if key not in state or state[key].shape != start[key].shape]
-        if differ:
-            raise SystemExit(
-                f"{arm_dir.name}: {tuned} is not a fine-tuned copy of {source}: its weights "
-                f"{differ[:3]} are missing or of another shape"
-            )
-        checkpoint["state_dict"] = {
-            key: torch.lerp(start[key].to(value.dtype), value, weight)
-            if key in start and value.is_floating_point()
-            else value
-            for key, value in state.items()
-        }
-        for training_state in ("optimizer_states", "lr_schedulers"):
-            checkpoint.pop(training_state, None)
-        blends.append(arm_dir / f"blend_{k}.ckpt")
-        torch.save(checkpoint, blends[-1])
-    threshold = json.loads((base_dir / SCORES_FILE).read_text())["threshold"]
-    info = {"threshold": threshold, "blend": weight, "blended_from": [str(p) for p in tuned_models]}
-    return blends, {**info, "blended": [str(p) for p in blends]}
-
-
 def is_current(record: dict[str, Any], arm: str, arm_dir: Path, blend: float) -> bool:
     """Whether a finished arm still holds: a blend only with the same weight and the same
-    models of its base arm (a base run again, or another ``--blend``, blends again)."""
+    models of its base arm (a base run again, or another ``--blend``, blends again); a
+    ``tta_<arm>`` only with its base arm's choice."""
+    if (flipped := flipped_base(arm)) is not None:
+        return record.get("flips_choice") == out_of_fold_choice(arm_dir.parent / flipped)
     base = blended_base(arm)
     if base is None:
         return True
@@ -316,8 +216,11 @@ def run_arm(
     elif (base := blended_base(arm)) is not None:
         checkpoints, info = blend_arm(args.checkpoint, arm_dir.parent / base, arm_dir, args.blend)
         threshold = info["threshold"]
+    elif (base := flipped_base(arm)) is not None:
+        checkpoints, info = flipped_folds(arm_dir.parent / base)
     elif (variant := kfold_variant(arm)) is not None:
         checkpoints, info = fine_tune_folds(args, adapt, arm_dir, dict(options[variant]))
+        threshold, tta = info["threshold"], False
     else:
         overrides = dict(options[arm])
         if arm == KEEP_THRESHOLD:
@@ -331,12 +234,6 @@ def run_arm(
     return record
 
 
-def source_threshold(checkpoint: Path) -> float:
-    from skinet.checkpoints.read import load_checkpoint
-
-    return float(load_checkpoint(checkpoint).threshold)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(__doc__.split("\n\n")[0])
     args = parser.parse_args(argv)
@@ -347,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{KFOLD}: skinet cv --folds {args.folds}, scored as the ensemble of the folds")
         print(f"{KFOLD}_<variant>: the same with the variant's overrides")
         print(f"{BLEND}_<arm>: <arm>'s fine-tuned weights blended with the source's (--blend)")
+        print(f"{TTA}_<{KFOLD} arm>: its folds with the flips their cv chose out of fold")
         return 0
     if args.table:
         studies = [read_study(parser, "--output", args.output)]

@@ -30,13 +30,13 @@ def test_the_kfold_arm_scores_the_ensemble_of_its_folds(
     argv = ["--checkpoint", str(trained_checkpoint), "--output", str(out), "--config", str(config)]
     argv += ["--source", f"tiny={folder_tree / 'images'}:{folder_tree / 'masks'}"]
     argv += ["--adapt", "6", "--folds", "2", "--blend", "0.25"]
-    argv += ["--variants", "finetune,flips,kfold,kfold_guarded,wise_finetune,wise_kfold"]
+    argv += ["--variants", "finetune,flips,kfold,kfold_guarded,wise_finetune,wise_kfold,tta_kfold"]
     assert study.main(argv) == 0
 
     records = json.loads((out / "results.json").read_text())["tiny"]
     assert list(records) == [
         "source", "calibrated", "finetune", "flips", "kfold", "kfold_guarded",
-        "wise_finetune", "wise_kfold",
+        "wise_finetune", "wise_kfold", "tta_kfold",
     ]  # fmt: skip
     assert all(len(record["scores"]) == 4 for record in records.values())  # the check images
     kfold = records["kfold"]
@@ -51,21 +51,30 @@ def test_the_kfold_arm_scores_the_ensemble_of_its_folds(
     ]
     assert kfold["fold_thresholds"] == pytest.approx(thresholds)
     chosen = json.loads((cv_dir / "cv_results.json").read_text())["ensemble_threshold"]
-    assert kfold["threshold"] == chosen["value"] and chosen["selection"] == "pooled_dice"
+    assert chosen["selection"] == "pooled_dice" and isinstance(chosen["tta"], bool)
+    assert kfold["threshold"] == chosen["threshold_without_tta"]
+    flipped = records["tta_kfold"]
+    assert flipped["threshold"] == chosen["value"] and flipped["tta"] is chosen["tta"]
+    assert flipped["flips_choice"] == kfold["flips_choice"] == chosen
     [guarded_cv] = (out / "tiny" / "kfold_guarded" / "runs").glob("cv_*")
     guarded = json.loads((guarded_cv / "cv_results.json").read_text())["ensemble_threshold"]
     assert guarded["selection"] == "guarded"
-    # The arm's scores are those `skinet evaluate` gives the cv folder (the fold ensemble).
+    # The arms' scores are those `skinet evaluate` gives the cv folder (the fold ensemble):
+    # tta_kfold as the cv chose, kfold without flips at the threshold chosen without them.
     from skinet.cli.main import main as skinet_main
 
     check = out / "tiny" / "check"
-    alone = tmp_path / "alone"
-    evaluate = ["evaluate", "--checkpoint", str(cv_dir), "--split", "none", "--output", str(alone)]
-    evaluate += ["--external", f"check={check / 'images'}:{check / 'masks'}"]
-    assert skinet_main(evaluate) == 0
-    with (alone / "check" / "per_image.csv").open() as rows:
-        expected = {row["id"]: float(row["jaccard"]) for row in csv.DictReader(rows)}
-    assert kfold["scores"] == pytest.approx(expected)
+    for arm, options in (
+        ("tta_kfold", []),
+        ("kfold", ["--no-tta", "--threshold", str(chosen["threshold_without_tta"])]),
+    ):
+        alone = tmp_path / arm
+        evaluate = ["evaluate", "--checkpoint", str(cv_dir), "--split", "none"]
+        evaluate += ["--external", f"check={check / 'images'}:{check / 'masks'}"]
+        assert skinet_main([*evaluate, *options, "--output", str(alone)]) == 0
+        with (alone / "check" / "per_image.csv").open() as rows:
+            expected = {row["id"]: float(row["jaccard"]) for row in csv.DictReader(rows)}
+        assert records[arm]["scores"] == pytest.approx(expected)
     assert "| tiny | kfold |" in (out / "results.md").read_text()
     _check_blends(out, trained_checkpoint, cv_dir, tmp_path)
     # Again with the fine-tuned weights whole: the trained arms resume, the blends of another
@@ -245,6 +254,8 @@ def test_each_blend_is_tabled_against_the_arm_it_blends(tmp_path: Path, capsys) 
         ("finetune,wise_nothing", "0.5", "unknown variant(s) ['wise_nothing']"),
         ("finetune,wise_finetune", "1.5", "--blend 1.5"),
         ("finetune,wise_finetune", "nan", "--blend nan"),
+        ("tta_kfold,kfold", "0.5", "tta_kfold scores the folds of kfold: list kfold before it"),
+        ("finetune,tta_finetune", "0.5", "flips are chosen out of fold, finetune is no kfold"),
     ],
 )
 def test_a_blend_needs_its_arm_first_and_a_weight_in_0_1(
@@ -271,7 +282,7 @@ def test_a_variant_may_not_take_the_name_of_the_study_s_own_arms(
     tmp_path: Path, trained_checkpoint: Path, capsys
 ) -> None:
     study = load_benchmark("study_clinic")
-    for name in ("wise_low", "kfold_low"):
+    for name in ("wise_low", "kfold_low", "tta_low"):
         argv = ["--checkpoint", str(trained_checkpoint), "--output", str(tmp_path / "study")]
         argv += ["--define", f"{name}=TRAIN_CONFIG.lr=3e-5", "--variants", "finetune"]
         with pytest.raises(SystemExit) as exited:
