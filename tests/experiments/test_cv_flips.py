@@ -138,8 +138,10 @@ def test_cv_chooses_flips_out_of_fold_when_clearly_better_and_predict_follows(
     assert json.loads((tmp_path / "flipped" / "predictions.json").read_text())["tta"] is True
     caplog.clear()
     assert main([*argv, "--output", str(tmp_path / "plain"), "--no-tta"]) == 0
-    assert "without the flips it was tuned with (--no-tta)" in caplog.text
-    assert json.loads((tmp_path / "plain" / "predictions.json").read_text())["tta"] is False
+    assert "without the flips it chose (--no-tta)" in caplog.text
+    recorded = json.loads((tmp_path / "plain" / "predictions.json").read_text())
+    assert recorded["tta"] is False
+    assert recorded["threshold"]["value"] == pytest.approx(record["threshold_without_tta"])
     written = {
         way: [cv2.imread(str(p), cv2.IMREAD_GRAYSCALE) for p in sorted(folder.glob("*_mask.png"))]
         for way, folder in (("flipped", tmp_path / "flipped"), ("plain", tmp_path / "plain"))
@@ -147,6 +149,16 @@ def test_cv_chooses_flips_out_of_fold_when_clearly_better_and_predict_follows(
     assert len(written["flipped"]) == len(written["plain"]) == 8
     pairs = zip(written["flipped"], written["plain"], strict=True)
     assert any(not np.array_equal(a, b) for a, b in pairs), "predict --no-tta made the same masks"
+    # Without the flips, the threshold the out-of-fold images chose without them.
+    results = json.loads((cv_dir / "cv_results.json").read_text())
+    results[ENSEMBLE_THRESHOLD]["threshold_without_tta"] = 0.3
+    (cv_dir / "cv_results.json").write_text(json.dumps(results))
+    assert main([*argv, "--output", str(tmp_path / "plain_again"), "--no-tta"]) == 0
+    recorded = json.loads((tmp_path / "plain_again" / "predictions.json").read_text())
+    assert recorded["threshold"]["value"] == pytest.approx(0.3)
+    assert main([*argv, "--output", str(tmp_path / "flipped_again")]) == 0
+    recorded = json.loads((tmp_path / "flipped_again" / "predictions.json").read_text())
+    assert recorded["threshold"]["value"] == pytest.approx(record["value"])
     argv = ["evaluate", "--checkpoint", str(cv_dir), "--split", "test"]
     assert main([*argv, "--output", str(tmp_path / "report")]) == 0
     assert json.loads((tmp_path / "report" / "summary.json").read_text())["tta"] is True

@@ -105,6 +105,7 @@ class Threshold:
             return (
                 f"chosen on the {calibration.get('num_images', '?')} out-of-fold images of the "
                 f"cross-validation, {calibration.get('selection', 'pooled_dice')}{self._flips}"
+                + (", without the flips it chose" if calibration.get("without_tta") else "")
             )
         return "the default: the checkpoint records none"
 
@@ -183,6 +184,19 @@ def out_of_fold_threshold(record: Mapping[str, Any], members: Sequence[Threshold
     return Threshold(
         float(record["value"]), "out-of-fold", calibration=dict(record), members=tuple(members)
     )
+
+
+def without_flips(chosen: Threshold) -> Threshold:
+    """A ``skinet cv --tune-tta`` folder's threshold for predicting without the flips it chose:
+    the one its out-of-fold images chose without them (``threshold_without_tta``); ``chosen``
+    itself when it was not tuned with flips or the record lacks that value."""
+    record = chosen.calibration or {}
+    plain = record.get("threshold_without_tta")
+    if chosen.source != "out-of-fold" or not chosen.tta or not isinstance(plain, int | float):
+        return chosen
+    kept = {key: value for key, value in record.items() if not key.startswith("tta")}
+    kept.update(value=float(plain), without_tta=True)
+    return Threshold(float(plain), "out-of-fold", calibration=kept, members=chosen.members)
 
 
 RECORD_DIGITS = 6

@@ -84,6 +84,8 @@ def build_predictor(args: argparse.Namespace) -> Any:
     elif args.tta is False and predictor.threshold_choice.tta:
         tuned = "calibrated" if calibrated else "tuned"
         flips = f"; without the flips it was {tuned} with (--no-tta)"
+    elif args.tta is False and (predictor.calibration or {}).get("without_tta"):
+        flips = " (--no-tta)"
     log.info("%s%s", predictor.threshold_choice.describe(), flips)
     return predictor
 

@@ -27,6 +27,7 @@ from skinet.checkpoints.threshold import (
     Threshold,
     ensemble_mean,
     out_of_fold_threshold,
+    without_flips,
 )
 from skinet.config.errors import UsageError
 from skinet.config.experiment import ExperimentConfig
@@ -177,14 +178,17 @@ class EnsemblePredictor(Predictor):
     ) -> EnsemblePredictor:
         """Load the checkpoints (files or cv folders); threshold: :func:`ensemble_threshold` if
         ``None``; ``tta`` (``None`` or absent): as a cv folder's ``--tune-tta`` chose, else no
-        (members' own calibrations do not decide it)."""
+        (members' own calibrations do not decide it). Without the flips a cv folder chose, its
+        threshold is the one chosen without them (:func:`without_flips`)."""
         checkpoints = [load_checkpoint(p) for p in resolve_checkpoints(paths)]
         check_compatible(checkpoints)
         thresholds = [c.threshold_choice for c in checkpoints]
         recorded = ensemble_threshold(paths, checkpoints)
-        chosen = recorded if threshold is None else Threshold.given(threshold)
         if kwargs.get("tta") is None:
             kwargs["tta"] = recorded.source == "out-of-fold" and recorded.tta
+        elif not kwargs["tta"]:  # --no-tta: the threshold its cv chose without the flips
+            recorded = without_flips(recorded)
+        chosen = recorded if threshold is None else Threshold.given(threshold)
         return cls(
             [build_model(c) for c in checkpoints],
             checkpoints[0].config,
