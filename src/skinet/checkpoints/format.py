@@ -184,7 +184,7 @@ class CheckpointPayload:
     @property
     def tta(self) -> bool:
         """Whether to predict with flips: what a calibration's ``--tune-tta`` chose (else no)."""
-        return bool((self.calibration or {}).get("tta", False))
+        return self.threshold_choice.tta
 
     @property
     def trained_threshold(self) -> Threshold:

@@ -89,6 +89,12 @@ def ensemble_threshold(
     return ensemble_mean(members)
 
 
+def ensemble_flips(threshold: Threshold) -> bool:
+    """Whether an ensemble at ``threshold`` (:func:`ensemble_threshold`) predicts with flips
+    unless told otherwise: only when it is a cv folder's whose ``--tune-tta`` chose them."""
+    return threshold.source == "out-of-fold" and threshold.tta
+
+
 def _preprocessing_signature(config: ExperimentConfig) -> dict[str, Any]:
     data = config.data
     return {
@@ -185,7 +191,7 @@ class EnsemblePredictor(Predictor):
         thresholds = [c.threshold_choice for c in checkpoints]
         recorded = ensemble_threshold(paths, checkpoints)
         if kwargs.get("tta") is None:
-            kwargs["tta"] = recorded.source == "out-of-fold" and recorded.tta
+            kwargs["tta"] = ensemble_flips(recorded)
         elif not kwargs["tta"]:  # --no-tta: the threshold its cv chose without the flips
             recorded = without_flips(recorded)
         chosen = recorded if threshold is None else Threshold.given(threshold)

@@ -254,7 +254,7 @@ def export_checkpoint(
         raise ExportError(f"tolerance must be >= 0, got {tolerance}")
     if fmt == "onnx":
         require_onnx()
-    from skinet.inference.ensemble import ensemble_threshold
+    from skinet.inference.ensemble import ensemble_flips, ensemble_threshold
 
     listed = [checkpoint_path] if isinstance(checkpoint_path, str | Path) else checkpoint_path
     checkpoints, wrapper = _load_for_export(listed)
@@ -273,8 +273,7 @@ def export_checkpoint(
         sidecar.update(threshold=threshold.value, threshold_source=threshold.to_dict())
         sidecar["checkpoint"] = [str(c.path) for c in checkpoints]
         sidecar["ensemble"] = "mean of the members' probabilities"
-        # flips as a cv folder's --tune-tta chose them; else only when asked (--tta)
-        sidecar["tta"] = threshold.source == "out-of-fold" and threshold.tta
+        sidecar["tta"] = ensemble_flips(threshold)
     _warn_about_flips(checkpoints, sidecar_path(output).name, sidecar["tta"])
     parity: ParityResult | None = None
     if fmt == "onnx" and importlib.util.find_spec("onnxruntime") is None:
