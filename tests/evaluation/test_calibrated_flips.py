@@ -81,7 +81,7 @@ def test_flips_are_chosen_when_clearly_better_and_then_used_by_predict_and_expor
     caplog.clear()
     assert run_cli(["predict", "--checkpoint", str(calibrated), "--images", str(images),
                     "--output", str(tmp_path / "plain"), "--no-tta"]) == 0  # fmt: skip
-    assert "without the flips it was calibrated with (--no-tta)" in caplog.text
+    assert "16 images, without the flips it chose) (--no-tta)" in caplog.text
     assert json.loads((tmp_path / "plain" / "predictions.json").read_text())["tta"] is False
     same = {"flipped": 0, "plain": 0}
     for truth in masks.glob("*.png"):
@@ -122,6 +122,54 @@ def test_flips_are_chosen_when_clearly_better_and_then_used_by_predict_and_expor
     assert "as the threshold was tuned" in given.with_name("given.ckpt.MODEL_CARD.md").read_text()
 
 
+def test_no_tta_predicts_at_the_threshold_the_calibration_chose_without_flips(
+    tmp_path: Path,
+    trained_checkpoint: Path,
+    synthetic_root: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    images, masks, _ = _drawn_by(trained_checkpoint, synthetic_root, tmp_path / "c", True)
+    calibrated = tmp_path / "clinic.ckpt"
+    assert _tune(trained_checkpoint, images, masks, tmp_path / "tuned", "--save-calibrated",
+                 str(calibrated)) == 0  # fmt: skip
+    record = load_checkpoint(calibrated).payload.calibration
+    assert record is not None and record["tta"] is True
+    assert record["threshold_with_tta"] == record["threshold"]
+    assert 0.0 <= record["threshold_without_tta"] <= 1.0
+    # The same images tuned without flips may land on the same value: a record that chose
+    # another one shows which of the two --no-tta predicts at.
+    raw = torch.load(calibrated, weights_only=False)
+    plain = 0.3 if record["threshold"] != pytest.approx(0.3) else 0.7
+    raw[CHECKPOINT_KEY]["calibration"]["threshold_without_tta"] = plain
+    edited = tmp_path / "edited.ckpt"
+    torch.save(raw, edited)
+
+    def predicted_threshold(tta: str, out: str) -> dict[str, object]:
+        caplog.clear()
+        argv = ["predict", "--checkpoint", str(edited), "--images", str(images)]
+        assert run_cli([*argv, "--output", str(tmp_path / out), *([tta] if tta else [])]) == 0
+        chosen: dict[str, object] = json.loads((tmp_path / out / "predictions.json").read_text())
+        return chosen["threshold"]  # type: ignore[return-value]
+
+    without = predicted_threshold("--no-tta", "plain")
+    assert without["value"] == pytest.approx(plain) and without["source"] == "calibrated"
+    assert "16 images, without the flips it chose) (--no-tta)" in caplog.text
+    assert Predictor.from_checkpoint(edited, tta=False).threshold == pytest.approx(plain)
+    chosen = predicted_threshold("", "flipped")
+    assert chosen["value"] == pytest.approx(record["threshold"])
+    assert "flips at prediction time (as calibrated)" in caplog.text
+    # Given --threshold, that value wins either way.
+    assert Predictor.from_checkpoint(edited, threshold=0.61, tta=False).threshold == 0.61
+    card = edited.with_name("clinic.ckpt.MODEL_CARD.md").read_text()
+    without_figure = f"predicts at {record['threshold_without_tta']:.4f}"
+    assert without_figure in card
+    # A threshold out of [0, 1] is refused when the checkpoint is read.
+    raw[CHECKPOINT_KEY]["calibration"]["threshold_without_tta"] = 1.5
+    torch.save(raw, tmp_path / "bad.ckpt")
+    with pytest.raises(CheckpointError, match=r"\['threshold_without_tta'\] must be a threshold"):
+        load_checkpoint(tmp_path / "bad.ckpt")
+
+
 def test_flips_stay_off_without_a_clear_gain(
     tmp_path: Path,
     trained_checkpoint: Path,
@@ -146,6 +194,29 @@ def test_flips_stay_off_without_a_clear_gain(
     torch.save(raw, tmp_path / "bad.ckpt")
     with pytest.raises(CheckpointError, match=r"\['tta'\] must be true or false"):
         load_checkpoint(tmp_path / "bad.ckpt")
+
+
+def test_five_images_that_all_gain_from_flips_are_no_clear_gain(
+    tmp_path: Path,
+    trained_checkpoint: Path,
+    synthetic_root: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    images, masks, _ = _drawn_by(trained_checkpoint, synthetic_root, tmp_path / "c", True)
+    few_images, few_masks = tmp_path / "few" / "images", tmp_path / "few" / "masks"
+    few_images.mkdir(parents=True)
+    few_masks.mkdir()
+    for path in sorted(images.glob("*.jpg"))[:5]:
+        shutil.copy(path, few_images / path.name)
+        shutil.copy(masks / f"{path.stem}_segmentation.png", few_masks)
+    assert _tune(trained_checkpoint, few_images, few_masks, tmp_path / "tuned") == 0
+    printed = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert "(5 images): " in printed
+    assert ": flips off (no clear gain on fewer than 6 images)" in printed
+    # Every one of the five gains: the interval alone would call it clear.
+    found = re.search(r"Jaccard \+\S+ \[([+-][\d.]+), ([+-][\d.]+)\]", printed)
+    assert found is not None and float(found[1]) > 0, printed
+    assert json.loads((tmp_path / "tuned" / "summary.json").read_text())["tta"] is False
 
 
 def test_an_unreadable_image_is_left_out_of_both_passes_and_reported_once(

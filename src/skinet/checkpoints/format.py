@@ -34,7 +34,9 @@ Format versions:
 - **7**: a calibration may carry ``tta`` (with ``tta_gain`` and ``tta_interval``): flips at
   prediction time, as ``skinet evaluate --tune-tta`` chose them, which predict follows. An
   older SkiNet would predict from one view at a threshold tuned with flips, so it must refuse
-  the file. The config schema is format 6's; a format-6 calibration reads without flips.
+  the file. The config schema is format 6's; a format-6 calibration reads without flips. The
+  calibration may also keep the threshold tuned each way (``threshold_without_tta``,
+  ``threshold_with_tta``): ``--no-tta`` predicts at the first; without it, at the one chosen.
 
 A change to what the config accepts (a new field, choice or type) needs a new format version
 with its fingerprint in :data:`CONFIG_SCHEMAS`; ``tests/checkpoints/test_format.py`` fails until
@@ -91,22 +93,27 @@ def _optional(value: Any, kind: type | tuple[type, ...], name: str, source: str)
 def _calibration(raw: Any, source: str) -> dict[str, Any] | None:
     if raw is None:
         return None
-    threshold = raw.get("threshold") if isinstance(raw, Mapping) else None
-    if (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, (int, float))
-        or not 0 <= threshold <= 1
-    ):
+    if not isinstance(raw, Mapping) or not _probability(raw.get("threshold")):
         raise CheckpointError(
             f"{source}: checkpoint['{CHECKPOINT_KEY}']['calibration'] must be a mapping with a "
             f"threshold in [0, 1], got {raw!r}"
         )
+    for key in ("threshold_without_tta", "threshold_with_tta"):
+        if key in raw and not _probability(raw[key]):
+            raise CheckpointError(
+                f"{source}: checkpoint['{CHECKPOINT_KEY}']['calibration']['{key}'] must be a "
+                f"threshold in [0, 1], got {raw[key]!r}"
+            )
     if not isinstance(raw.get("tta", False), bool):
         raise CheckpointError(
             f"{source}: checkpoint['{CHECKPOINT_KEY}']['calibration']['tta'] must be true or "
             f"false (whether to predict with flips), got {raw['tta']!r}"
         )
     return dict(raw)
+
+
+def _probability(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
 
 
 def _section(config: Mapping[str, Any], name: str) -> tuple[str, Any]:

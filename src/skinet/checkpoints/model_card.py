@@ -158,9 +158,16 @@ def _flips_lines(calibration: Mapping[str, Any]) -> list[str]:
     )
     if calibration["tta"]:
         why = f"chosen by `--tune-tta`{figure}" if figure else "as the threshold was tuned"
+        plain = calibration.get("threshold_without_tta")
+        off = (
+            f"`--no-tta` turns them off and predicts at {_figure(plain)}, the threshold tuned "
+            "without them"
+            if isinstance(plain, int | float)
+            else "`--no-tta` turns them off"
+        )
         return [
             f"- Flips at prediction time **on**, {why}: predict, evaluate, robustness and compare "
-            "average four flipped views (`--no-tta` turns them off); an export is one view."
+            f"average four flipped views ({off}); an export is one view."
         ]
     return [f"- Flips at prediction time off: `--tune-tta` found no clear gain{figure}."]
 

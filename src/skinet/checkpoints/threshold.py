@@ -45,6 +45,9 @@ TUNING_RECORD_KEYS = (
     "tta",
     "tta_gain",
     "tta_interval",
+    "threshold_without_tta",
+    "threshold_with_tta",
+    "without_tta",
 )
 """What the JSON records keep of a tuned threshold's record (``Threshold.calibration``)."""
 
@@ -92,7 +95,7 @@ class Threshold:
             calibration = self.calibration or {}
             where = calibration.get("tuned_on", "labelled images")
             count = calibration.get("num_images", "?")
-            return f"calibrated on {where}, {count} images{self._flips}"
+            return f"calibrated on {where}, {count} images{self._flips}{self._without}"
         if self.source == "fixed":
             return GIVEN if self.set_by == GIVEN else "fixed by the checkpoint's TRAIN_CONFIG"
         if self.source == "validation sweep":
@@ -105,13 +108,17 @@ class Threshold:
             return (
                 f"chosen on the {calibration.get('num_images', '?')} out-of-fold images of the "
                 f"cross-validation, {calibration.get('selection', 'pooled_dice')}{self._flips}"
-                + (", without the flips it chose" if calibration.get("without_tta") else "")
+                f"{self._without}"
             )
         return "the default: the checkpoint records none"
 
     @property
     def _flips(self) -> str:
         return ", tuned with flips" if self.tta else ""
+
+    @property
+    def _without(self) -> str:
+        return ", without the flips it chose" if (self.calibration or {}).get("without_tta") else ""
 
     def describe(self) -> str:
         """One line for the log: ``threshold 0.460 (calibrated on ..., 12 images)``."""
@@ -187,16 +194,20 @@ def out_of_fold_threshold(record: Mapping[str, Any], members: Sequence[Threshold
 
 
 def without_flips(chosen: Threshold) -> Threshold:
-    """A ``skinet cv --tune-tta`` folder's threshold for predicting without the flips it chose:
-    the one its out-of-fold images chose without them (``threshold_without_tta``); ``chosen``
-    itself when it was not tuned with flips or the record lacks that value."""
+    """The threshold for predicting without the flips a tuning chose (``skinet evaluate
+    --tune-tta``'s calibration, ``skinet cv --tune-tta``'s folder): the one the same images
+    chose without them (``threshold_without_tta``); ``chosen`` itself when it was not tuned with
+    flips or its record lacks that value (a calibration made before it was kept, or calibrated
+    again with the flips it carried)."""
     record = chosen.calibration or {}
     plain = record.get("threshold_without_tta")
-    if chosen.source != "out-of-fold" or not chosen.tta or not isinstance(plain, int | float):
+    tuned = chosen.source in ("calibrated", "out-of-fold")
+    if not tuned or not chosen.tta or not isinstance(plain, int | float):
         return chosen
     kept = {key: value for key, value in record.items() if not key.startswith("tta")}
-    kept.update(value=float(plain), without_tta=True)
-    return Threshold(float(plain), "out-of-fold", calibration=kept, members=chosen.members)
+    key = "threshold" if chosen.source == "calibrated" else "value"
+    kept.update({key: float(plain), "without_tta": True})
+    return Threshold(float(plain), chosen.source, calibration=kept, members=chosen.members)
 
 
 RECORD_DIGITS = 6

@@ -65,8 +65,8 @@ def run_compare(args: argparse.Namespace) -> int:
 
     _check_arguments(args)
     check_output_folder(args.output)
-    sets = _labelled_sets(args)
     predictors = _load_models(args)
+    sets = _labelled_sets(args, predictors)
     scores: dict[str, dict[str, list[dict[str, float]]]] = {name: {} for name in sets}
     for name, path, predictor in predictors:
         for set_name, samples in sets.items():
@@ -162,7 +162,9 @@ def _source_model(path: Path, predictor: Any) -> tuple[Path | None, bool]:
     return (origin if origin.is_absolute() and origin.is_file() else None), True
 
 
-def _labelled_sets(args: argparse.Namespace) -> dict[str, Any]:
+def _labelled_sets(
+    args: argparse.Namespace, predictors: list[tuple[str, Path, Any]]
+) -> dict[str, Any]:
     """``{name: samples}``: the data folder's split first, then every ``--external`` folder."""
     from skinet.evaluation.mask_folders import pair_image_folder
 
@@ -170,7 +172,7 @@ def _labelled_sets(args: argparse.Namespace) -> dict[str, Any]:
     if args.split != "none":
         from skinet.evaluation.evaluate import select_samples
 
-        config = _split_config(args)
+        config = _split_config(args, predictors)
         sets[args.split] = select_samples(config, args.data, args.dataset, args.split)
     for external in args.external:
         if external.name in sets:
@@ -179,16 +181,13 @@ def _labelled_sets(args: argparse.Namespace) -> dict[str, Any]:
     return sets
 
 
-def _split_config(args: argparse.Namespace) -> Any:
+def _split_config(args: argparse.Namespace, predictors: list[tuple[str, Path, Any]]) -> Any:
     """The config whose layout and split seed select ``--split``: the first checkpoint's."""
-    from skinet.checkpoints.read import load_checkpoint
     from skinet.config.experiment import parse_config
-    from skinet.inference.ensemble import resolve_checkpoints
 
-    for spec in args.models:
-        for path in spec.paths:
-            if not _is_prediction_folder(path):
-                return load_checkpoint(resolve_checkpoints([path])[0]).config
+    for *_, predictor in predictors:
+        if predictor is not None:
+            return predictor.config
     if args.data is None or args.dataset is None:
         raise UsageError(
             "--split of prediction folders needs --data-dir and --dataset (no checkpoint "

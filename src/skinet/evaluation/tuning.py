@@ -219,8 +219,16 @@ class FlipChoice:
         return self.flipped if self.use else self.plain
 
     def record(self) -> dict[str, Any]:
-        """What a calibrated checkpoint keeps of the choice (plain data)."""
-        return {"tta": self.use, "tta_gain": self.gain, "tta_interval": list(self.interval)}
+        """What a calibrated checkpoint or a cv record keeps of the choice (plain data): the
+        choice, its gain and interval, and the threshold of each way (``--no-tta`` predicts at
+        ``threshold_without_tta``)."""
+        return {
+            "tta": self.use,
+            "tta_gain": self.gain,
+            "tta_interval": list(self.interval),
+            "threshold_without_tta": self.plain.threshold,
+            "threshold_with_tta": self.flipped.threshold,
+        }
 
 
 def choose_flips(

@@ -158,6 +158,4 @@ def ensemble_record(tuners: list[MapTuner], cv_dir: Path) -> dict[str, Any]:
         record["source_threshold"] = tuned.reference
     if flips is not None:
         record.update(flips.record())
-        record["threshold_without_tta"] = flips.plain.threshold
-        record["threshold_with_tta"] = flips.flipped.threshold
     return rounded(record)

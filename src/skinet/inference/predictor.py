@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from skinet.checkpoints.read import build_model, load_checkpoint
-from skinet.checkpoints.threshold import DEFAULT_THRESHOLD, Threshold
+from skinet.checkpoints.threshold import DEFAULT_THRESHOLD, Threshold, without_flips
 from skinet.config.experiment import ExperimentConfig
 from skinet.imaging.normalize import Normalizer, build_normalizer
 from skinet.imaging.preprocess import (
@@ -131,12 +131,16 @@ class Predictor:
             threshold: Overrides the checkpoint's threshold (its calibrated one, else its
                 validation-optimal one).
             kwargs: ``tta`` (``None`` or absent: what the checkpoint's calibration chose, else
-                no), ``keep_largest``, ``fill_holes``, ``batch_size``.
+                no; false on a calibration that chose flips: the threshold it chose without
+                them), ``keep_largest``, ``fill_holes``, ``batch_size``.
         """
         checkpoint = load_checkpoint(path)
+        recorded = checkpoint.threshold_choice
         if kwargs.get("tta") is None:
             kwargs["tta"] = checkpoint.tta
-        chosen = checkpoint.threshold_choice if threshold is None else Threshold.given(threshold)
+        elif not kwargs["tta"]:  # --no-tta: the threshold its calibration chose without flips
+            recorded = without_flips(recorded)
+        chosen = recorded if threshold is None else Threshold.given(threshold)
         return cls(build_model(checkpoint), checkpoint.config, chosen, device, **kwargs)  # type: ignore[arg-type]
 
     @property
