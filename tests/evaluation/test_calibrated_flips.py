@@ -66,7 +66,7 @@ def test_flips_are_chosen_when_clearly_better_and_then_used_by_predict_and_expor
     printed = re.sub(r"\s+", " ", capsys.readouterr().out)
     assert "flips at prediction time on" in printed and ": flips on" in printed
     record = load_checkpoint(calibrated).payload.calibration
-    assert record is not None and record["tta"] is True
+    assert record is not None and record["tta"] is True and record["selection"] == "guarded"
     low, high = record["tta_interval"]
     assert 0.0 < low <= record["tta_gain"] <= high
     summary = json.loads((tmp_path / "tuned" / "summary.json").read_text())
@@ -97,6 +97,7 @@ def test_flips_are_chosen_when_clearly_better_and_then_used_by_predict_and_expor
     assert json.loads((tmp_path / "again" / "summary.json").read_text())["tta"] is True
     card = calibrated.with_name("clinic.ckpt.MODEL_CARD.md").read_text()
     assert CALIBRATION_HEADING in card and "Flips at prediction time **on**" in card
+    assert "`skinet evaluate --tune-threshold --threshold-selection guarded` on" in card
     caplog.clear()
     exported = tmp_path / "model.pt"
     assert run_cli(["export", "--checkpoint", str(calibrated), "--format", "torchscript",

@@ -131,7 +131,7 @@ def calibration_section(calibration: Mapping[str, Any]) -> str:
             CALIBRATION_HEADING,
             "",
             f"- Threshold **{calibration['threshold']:.2f}**, tuned by `skinet evaluate "
-            f"--tune-threshold` on `{calibration.get('tuned_on', 'n/a')}` "
+            f"--tune-threshold{_selection(calibration)}` on `{calibration.get('tuned_on', 'n/a')}` "
             f"({calibration.get('num_images', 'n/a')} images{dice_text}), "
             f"{calibration.get('created', '')}.",
             f"- Calibrated from `{calibration.get('source_checkpoint', 'n/a')}`, whose own "
@@ -142,6 +142,12 @@ def calibration_section(calibration: Mapping[str, Any]) -> str:
             "`skinet evaluate` on other labelled images of the same clinic.",
         ]
     )
+
+
+def _selection(calibration: Mapping[str, Any]) -> str:
+    """`` --threshold-selection RULE`` as the calibration recorded it (older ones did not)."""
+    rule = calibration.get("selection")
+    return f" --threshold-selection {rule}" if isinstance(rule, str) else ""
 
 
 def _flips_lines(calibration: Mapping[str, Any]) -> list[str]:

@@ -38,6 +38,7 @@ def calibration_record(
         "threshold": tuned.threshold,
         "tuned_on": tuned_on,
         "num_images": tuned.num_images,
+        "selection": tuned.selection,
         "pooled_dice": tuned.dice,
         "source_checkpoint": str(source),
         "source_threshold": source_threshold,
