@@ -17,6 +17,7 @@ from tests.helpers.inference import run_cli
 from skinet.checkpoints.format import CHECKPOINT_KEY, CheckpointError
 from skinet.checkpoints.model_card import CALIBRATION_HEADING
 from skinet.checkpoints.read import load_checkpoint
+from skinet.inference.ensemble import EnsemblePredictor
 from skinet.inference.predictor import Predictor
 from skinet.metrics.threshold_counts import guard_interval
 
@@ -67,6 +68,9 @@ def test_flips_are_chosen_when_clearly_better_and_then_used_by_predict_and_expor
     assert "flips at prediction time on" in printed and ": flips on" in printed
     record = load_checkpoint(calibrated).payload.calibration
     assert record is not None and record["tta"] is True and record["selection"] == "guarded"
+    # Both ways kept the model's own threshold, the one the masks were drawn at (--no-tta below
+    # predicts at the one without flips).
+    assert record["threshold_without_tta"] == record["threshold"] == record["source_threshold"]
     low, high = record["tta_interval"]
     assert 0.0 < low <= record["tta_gain"] <= high
     summary = json.loads((tmp_path / "tuned" / "summary.json").read_text())
@@ -113,6 +117,7 @@ def test_flips_are_chosen_when_clearly_better_and_then_used_by_predict_and_expor
     assert load_checkpoint(again).tta is True
     kept = load_checkpoint(again).payload.calibration
     assert kept is not None and kept["tta_interval"] == record["tta_interval"]
+    assert "threshold_without_tta" not in kept  # tuned with flips only: no other way to keep
     assert "chosen by `--tune-tta`" in again.with_name("again.ckpt.MODEL_CARD.md").read_text()
     # Given --tta on an uncalibrated model, the copy predicts with flips too, without figures.
     given = tmp_path / "given.ckpt"
@@ -161,7 +166,21 @@ def test_no_tta_predicts_at_the_threshold_the_calibration_chose_without_flips(
     assert "flips at prediction time (as calibrated)" in caplog.text
     # Given --threshold, that value wins either way.
     assert Predictor.from_checkpoint(edited, threshold=0.61, tta=False).threshold == 0.61
-    card = edited.with_name("clinic.ckpt.MODEL_CARD.md").read_text()
+    # An ensemble of such members predicts from one view unless given --tta: at the mean of
+    # their thresholds tuned that way.
+    pair = [edited, edited]
+    assert EnsemblePredictor.from_checkpoints(pair).threshold == pytest.approx(plain)
+    with_flips = EnsemblePredictor.from_checkpoints(pair, tta=True)
+    assert with_flips.threshold == pytest.approx(record["threshold"])
+    # Calibrated again without flips: its source's own threshold is the one without them.
+    again = tmp_path / "again.ckpt"
+    argv = ["evaluate", "--checkpoint", str(edited), "--images", str(images), "--masks"]
+    argv += [str(masks), "--tune-threshold", "--threshold-selection", "guarded", "--no-tta"]
+    assert run_cli([*argv, "--save-calibrated", str(again), "--output", str(tmp_path / "e")]) == 0
+    recalibrated = load_checkpoint(again).payload.calibration
+    assert recalibrated is not None and recalibrated["source_threshold"] == pytest.approx(plain)
+    assert "tta" not in recalibrated and "threshold_without_tta" not in recalibrated
+    card = calibrated.with_name("clinic.ckpt.MODEL_CARD.md").read_text()
     without_figure = f"predicts at {record['threshold_without_tta']:.4f}"
     assert without_figure in card
     # A threshold out of [0, 1] is refused when the checkpoint is read.

@@ -287,3 +287,14 @@ def test_a_cv_folder_is_compared_as_the_ensemble_of_its_folds(
     assert summary["threshold"] == pytest.approx(0.2)
     assert folds["mean"] == pytest.approx(summary["mean_jaccard"])
     assert folds["difference"] != 0.0  # the cv's threshold, not the model's
+
+
+def test_two_sets_of_one_name_are_refused(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    external = f"s={folder}:{folder}"
+    argv = ["compare", f"A={folder}", f"B={folder}", "--external", external]
+    assert main([*argv, "--external", external, "--output", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert "two sets are named 's'" in captured.out + captured.err
+    assert not (tmp_path / "out").exists()

@@ -204,7 +204,12 @@ def without_flips(chosen: Threshold) -> Threshold:
     tuned = chosen.source in ("calibrated", "out-of-fold")
     if not tuned or not chosen.tta or not isinstance(plain, int | float):
         return chosen
-    kept = {key: value for key, value in record.items() if not key.startswith("tta")}
+    measured_with_flips = ("pooled_dice", "mean_jaccard")
+    kept = {
+        key: value
+        for key, value in record.items()
+        if not key.startswith("tta") and key not in measured_with_flips
+    }
     key = "threshold" if chosen.source == "calibrated" else "value"
     kept.update({key: float(plain), "without_tta": True})
     return Threshold(float(plain), chosen.source, calibration=kept, members=chosen.members)

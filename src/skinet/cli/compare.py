@@ -97,6 +97,10 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--paired-runs needs as many runs of every model, got {counts}")
     if args.split == "none" and not args.external:
         raise UsageError("nothing to score: give --split (of --data-dir) and/or --external")
+    set_names = ([args.split] if args.split != "none" else []) + [e.name for e in args.external]
+    twice = sorted({name for name in set_names if set_names.count(name) > 1})
+    if twice:
+        raise UsageError(f"two sets are named {twice[0]!r}: rename the --external one")
 
 
 def _load_models(args: argparse.Namespace) -> list[tuple[str, Path, Any]]:
@@ -175,8 +179,6 @@ def _labelled_sets(
         config = _split_config(args, predictors)
         sets[args.split] = select_samples(config, args.data, args.dataset, args.split)
     for external in args.external:
-        if external.name in sets:
-            raise UsageError(f"two sets are named {external.name!r}: rename the --external one")
         sets[external.name] = pair_image_folder(external.images, external.masks)
     return sets
 

@@ -77,7 +77,8 @@ def build_predictor(args: argparse.Namespace) -> Any:
         batch_size=args.batch_size,
     )
     flips = ""
-    calibrated = predictor.threshold_choice.source == "calibrated"
+    # Flips come from a calibration for one checkpoint, from its cv for a folder.
+    calibrated = len(args.checkpoint) == 1 and Path(args.checkpoint[0]).is_file()
     if predictor.tta:
         chose = "calibrated" if calibrated else "its cross-validation chose"
         flips = "; flips at prediction time" + (" (--tta)" if args.tta else f" (as {chose})")

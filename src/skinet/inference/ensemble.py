@@ -69,15 +69,19 @@ def resolve_checkpoints(paths: Sequence[str | Path]) -> list[Path]:
 
 
 def ensemble_threshold(
-    paths: Sequence[str | Path], checkpoints: Sequence[SkinetCheckpoint]
+    paths: Sequence[str | Path], checkpoints: Sequence[SkinetCheckpoint], flips: bool = False
 ) -> Threshold:
     """The threshold of the ensemble of ``checkpoints`` (resolved from ``paths``).
 
     One ``skinet cv`` folder: the threshold its cross-validation chose on the out-of-fold
     probabilities of every training image (its ``cv_results.json``), with the folds' own as
-    members. Anything else, or a cv folder from before that record: the mean of the members'.
+    members. Anything else, or a cv folder from before that record: the mean of the members',
+    each one's threshold tuned without flips where its calibration chose flips and recorded it
+    (:func:`without_flips`), unless the ensemble predicts with flips (``flips``, ``--tta``).
     """
     members = [checkpoint.threshold_choice for checkpoint in checkpoints]
+    if not flips:
+        members = [without_flips(member) for member in members]
     if len(paths) == 1 and Path(paths[0]).is_dir():
         try:
             summary = json.loads((Path(paths[0]) / CV_SUMMARY_FILE).read_text())
@@ -189,7 +193,7 @@ class EnsemblePredictor(Predictor):
         checkpoints = [load_checkpoint(p) for p in resolve_checkpoints(paths)]
         check_compatible(checkpoints)
         thresholds = [c.threshold_choice for c in checkpoints]
-        recorded = ensemble_threshold(paths, checkpoints)
+        recorded = ensemble_threshold(paths, checkpoints, flips=bool(kwargs.get("tta")))
         if kwargs.get("tta") is None:
             kwargs["tta"] = ensemble_flips(recorded)
         elif not kwargs["tta"]:  # --no-tta: the threshold its cv chose without the flips

@@ -313,8 +313,9 @@ def _warn_about_flips(checkpoints: Sequence[SkinetCheckpoint], sidecar: str, tta
         )
     elif len(checkpoints) > 1 and (flipped := [str(c.path) for c in checkpoints if c.tta]):
         log.warning(
-            "ensemble members %s were calibrated with flips, which neither the ensemble's "
-            "threshold nor the exported graph uses",
+            "ensemble members %s were calibrated with flips, which the exported graph does not "
+            "use: the ensemble's threshold takes each one's threshold tuned without flips where "
+            "its calibration recorded it",
             flipped,
         )
 
