@@ -170,6 +170,10 @@ def test_no_tta_predicts_at_the_threshold_the_calibration_chose_without_flips(
     # their thresholds tuned that way.
     pair = [edited, edited]
     assert EnsemblePredictor.from_checkpoints(pair).threshold == pytest.approx(plain)
+    argv = ["predict", "--checkpoint", str(edited), str(edited), "--images", str(images)]
+    assert run_cli([*argv, "--output", str(tmp_path / "pair")]) == 0
+    ensemble = json.loads((tmp_path / "pair" / "predictions.json").read_text())
+    assert ensemble["threshold"]["value"] == pytest.approx(plain) and ensemble["tta"] is False
     with_flips = EnsemblePredictor.from_checkpoints(pair, tta=True)
     assert with_flips.threshold == pytest.approx(record["threshold"])
     # Calibrated again without flips: its source's own threshold is the one without them.

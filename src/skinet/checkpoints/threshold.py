@@ -215,6 +215,12 @@ def without_flips(chosen: Threshold) -> Threshold:
     return Threshold(float(plain), chosen.source, calibration=kept, members=chosen.members)
 
 
+def for_flips(chosen: Threshold, tta: bool) -> Threshold:
+    """The threshold to predict at with flips (``tta``: ``chosen``) or without them
+    (:func:`without_flips`)."""
+    return chosen if tta else without_flips(chosen)
+
+
 RECORD_DIGITS = 6
 """Decimals of thresholds in the JSON records people read (``predictions.json``,
 ``summary.json``): a float32 0.44 reads 0.44, not 0.4399999976158142. Masks are made with the

@@ -364,14 +364,13 @@ def _save_calibrated(
     args: argparse.Namespace, predictor: Any, tuned: Any, where: str, flips: Any
 ) -> None:
     from skinet.checkpoints.read import load_checkpoint
-    from skinet.checkpoints.threshold import without_flips
+    from skinet.checkpoints.threshold import for_flips
     from skinet.evaluation.calibration import calibration_record, save_calibrated_checkpoint
 
     source = args.checkpoint[0]
     checkpoint = load_checkpoint(source)
     # The source's own threshold for the way it was tuned now (--no-tta: the one without flips).
-    chosen = checkpoint.threshold_choice
-    own = (chosen if predictor.tta else without_flips(chosen)).value
+    own = for_flips(checkpoint.threshold_choice, predictor.tta).value
     tuned_on = _tuning_set(args) or where
     record = calibration_record(tuned, tuned_on, source.resolve(), own)
     if flips is not None:

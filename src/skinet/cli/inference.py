@@ -65,7 +65,7 @@ def add_leak_option(parser: argparse.ArgumentParser) -> None:
 
 
 def build_predictor(args: argparse.Namespace) -> Any:
-    from skinet.inference.ensemble import build_predictor
+    from skinet.inference.ensemble import EnsemblePredictor, build_predictor
 
     predictor = build_predictor(
         args.checkpoint,
@@ -78,7 +78,7 @@ def build_predictor(args: argparse.Namespace) -> Any:
     )
     flips = ""
     # Flips come from a calibration for one checkpoint, from its cv for a folder.
-    calibrated = len(args.checkpoint) == 1 and Path(args.checkpoint[0]).is_file()
+    calibrated = not isinstance(predictor, EnsemblePredictor)
     if predictor.tta:
         chose = "calibrated" if calibrated else "its cross-validation chose"
         flips = "; flips at prediction time" + (" (--tta)" if args.tta else f" (as {chose})")

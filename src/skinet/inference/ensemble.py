@@ -26,8 +26,8 @@ from skinet.checkpoints.threshold import (
     ENSEMBLE_THRESHOLD,
     Threshold,
     ensemble_mean,
+    for_flips,
     out_of_fold_threshold,
-    without_flips,
 )
 from skinet.config.errors import UsageError
 from skinet.config.experiment import ExperimentConfig
@@ -79,9 +79,7 @@ def ensemble_threshold(
     each one's threshold tuned without flips where its calibration chose flips and recorded it
     (:func:`without_flips`), unless the ensemble predicts with flips (``flips``, ``--tta``).
     """
-    members = [checkpoint.threshold_choice for checkpoint in checkpoints]
-    if not flips:
-        members = [without_flips(member) for member in members]
+    members = [for_flips(checkpoint.threshold_choice, flips) for checkpoint in checkpoints]
     if len(paths) == 1 and Path(paths[0]).is_dir():
         try:
             summary = json.loads((Path(paths[0]) / CV_SUMMARY_FILE).read_text())
@@ -196,8 +194,7 @@ class EnsemblePredictor(Predictor):
         recorded = ensemble_threshold(paths, checkpoints, flips=bool(kwargs.get("tta")))
         if kwargs.get("tta") is None:
             kwargs["tta"] = ensemble_flips(recorded)
-        elif not kwargs["tta"]:  # --no-tta: the threshold its cv chose without the flips
-            recorded = without_flips(recorded)
+        recorded = for_flips(recorded, kwargs["tta"])  # --no-tta: the cv's choice without flips
         chosen = recorded if threshold is None else Threshold.given(threshold)
         return cls(
             [build_model(c) for c in checkpoints],

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from skinet.checkpoints.read import build_model, load_checkpoint
-from skinet.checkpoints.threshold import DEFAULT_THRESHOLD, Threshold, without_flips
+from skinet.checkpoints.threshold import DEFAULT_THRESHOLD, Threshold, for_flips
 from skinet.config.experiment import ExperimentConfig
 from skinet.imaging.normalize import Normalizer, build_normalizer
 from skinet.imaging.preprocess import (
@@ -135,11 +135,9 @@ class Predictor:
                 them), ``keep_largest``, ``fill_holes``, ``batch_size``.
         """
         checkpoint = load_checkpoint(path)
-        recorded = checkpoint.threshold_choice
         if kwargs.get("tta") is None:
             kwargs["tta"] = checkpoint.tta
-        elif not kwargs["tta"]:  # --no-tta: the threshold its calibration chose without flips
-            recorded = without_flips(recorded)
+        recorded = for_flips(checkpoint.threshold_choice, bool(kwargs["tta"]))
         chosen = recorded if threshold is None else Threshold.given(threshold)
         return cls(build_model(checkpoint), checkpoint.config, chosen, device, **kwargs)  # type: ignore[arg-type]
 
