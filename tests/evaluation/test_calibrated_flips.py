@@ -194,11 +194,12 @@ def test_no_tta_predicts_at_the_threshold_the_calibration_chose_without_flips(
         load_checkpoint(tmp_path / "bad.ckpt")
 
 
-def test_flips_stay_off_without_a_clear_gain(
+def test_flips_stay_off_without_a_clear_gain_and_tta_predicts_at_the_threshold_tuned_with_them(
     tmp_path: Path,
     trained_checkpoint: Path,
     synthetic_root: Path,
     capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     images, masks, differ = _drawn_by(trained_checkpoint, synthetic_root, tmp_path / "c", False)
     assert differ >= 12
@@ -212,8 +213,38 @@ def test_flips_stay_off_without_a_clear_gain(
     assert Predictor.from_checkpoint(calibrated, tta=True).tta is True
     card = calibrated.with_name("clinic.ckpt.MODEL_CARD.md").read_text()
     assert "Flips at prediction time off" in card
-    # A record whose choice is not true or false is refused, not read as one.
+    assert f"`--tta` turns them on and predicts at {record['threshold_with_tta']:.4f}" in card
+    # --tta predicts at the threshold the same images chose with flips: a record that chose
+    # another one than the threshold without them shows which.
     raw = torch.load(calibrated, weights_only=False)
+    flipped = 0.3 if record["threshold"] != pytest.approx(0.3) else 0.7
+    raw[CHECKPOINT_KEY]["calibration"]["threshold_with_tta"] = flipped
+    edited = tmp_path / "edited.ckpt"
+    torch.save(raw, edited)
+    caplog.clear()
+    argv = ["predict", "--checkpoint", str(edited), "--images", str(images), "--output"]
+    assert run_cli([*argv, str(tmp_path / "flipped"), "--tta"]) == 0
+    predicted = json.loads((tmp_path / "flipped" / "predictions.json").read_text())
+    assert predicted["tta"] is True and predicted["threshold"]["value"] == pytest.approx(flipped)
+    assert predicted["threshold"]["calibration"]["with_tta"] is True
+    assert "tuned with the flips it did not choose); flips at prediction time (--tta)" in (
+        caplog.text
+    )
+    assert run_cli([*argv, str(tmp_path / "plain")]) == 0
+    predicted = json.loads((tmp_path / "plain" / "predictions.json").read_text())
+    assert predicted["tta"] is False
+    assert predicted["threshold"]["value"] == pytest.approx(record["threshold"])
+    assert EnsemblePredictor.from_checkpoints([edited, edited], tta=True).threshold == (
+        pytest.approx(flipped)
+    )
+    # Calibrated again with --tta: its source's own threshold is the one tuned with flips.
+    again = tmp_path / "again.ckpt"
+    argv = ["evaluate", "--checkpoint", str(edited), "--images", str(images), "--masks"]
+    argv += [str(masks), "--tune-threshold", "--threshold-selection", "guarded", "--tta"]
+    assert run_cli([*argv, "--save-calibrated", str(again), "--output", str(tmp_path / "e")]) == 0
+    recalibrated = load_checkpoint(again).payload.calibration
+    assert recalibrated is not None and recalibrated["source_threshold"] == pytest.approx(flipped)
+    # A record whose choice is not true or false is refused, not read as one.
     raw[CHECKPOINT_KEY]["calibration"]["tta"] = "yes"
     torch.save(raw, tmp_path / "bad.ckpt")
     with pytest.raises(CheckpointError, match=r"\['tta'\] must be true or false"):

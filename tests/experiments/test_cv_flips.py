@@ -186,6 +186,14 @@ def test_cv_keeps_flips_off_when_they_do_not_pay_out_of_fold(
     argv = ["predict", "--checkpoint", str(cv_dir), "--input", images]
     assert main([*argv, "--output", str(tmp_path / "masks")]) == 0
     assert json.loads((tmp_path / "masks" / "predictions.json").read_text())["tta"] is False
+    # --tta predicts at the threshold the out-of-fold images chose with flips.
+    results = json.loads((cv_dir / "cv_results.json").read_text())
+    flipped = 0.3 if record["value"] != pytest.approx(0.3) else 0.7
+    results[ENSEMBLE_THRESHOLD]["threshold_with_tta"] = flipped
+    (cv_dir / "cv_results.json").write_text(json.dumps(results))
+    assert main([*argv, "--output", str(tmp_path / "flipped"), "--tta"]) == 0
+    recorded = json.loads((tmp_path / "flipped" / "predictions.json").read_text())
+    assert recorded["tta"] is True and recorded["threshold"]["value"] == pytest.approx(flipped)
 
 
 def test_cv_tune_tta_with_a_fixed_threshold_is_a_usage_error(

@@ -36,7 +36,8 @@ Format versions:
   older SkiNet would predict from one view at a threshold tuned with flips, so it must refuse
   the file. The config schema is format 6's; a format-6 calibration reads without flips. The
   calibration may also keep the threshold tuned each way (``threshold_without_tta``,
-  ``threshold_with_tta``): ``--no-tta`` predicts at the first; without it, at the one chosen.
+  ``threshold_with_tta``): ``--no-tta`` predicts at the first and ``--tta`` at the second;
+  neither, at the one chosen.
 
 A change to what the config accepts (a new field, choice or type) needs a new format version
 with its fingerprint in :data:`CONFIG_SCHEMAS`; ``tests/checkpoints/test_format.py`` fails until

@@ -175,7 +175,13 @@ def _flips_lines(calibration: Mapping[str, Any]) -> list[str]:
             f"- Flips at prediction time **on**, {why}: predict, evaluate, robustness and compare "
             f"average four flipped views ({off}); an export is one view."
         ]
-    return [f"- Flips at prediction time off: `--tune-tta` found no clear gain{figure}."]
+    flipped = calibration.get("threshold_with_tta")
+    on = (
+        f" `--tta` turns them on and predicts at {_figure(flipped)}, the threshold tuned with them."
+        if isinstance(flipped, int | float)
+        else ""
+    )
+    return [f"- Flips at prediction time off: `--tune-tta` found no clear gain{figure}.{on}"]
 
 
 def invoked_command() -> str:

@@ -48,6 +48,7 @@ TUNING_RECORD_KEYS = (
     "threshold_without_tta",
     "threshold_with_tta",
     "without_tta",
+    "with_tta",
 )
 """What the JSON records keep of a tuned threshold's record (``Threshold.calibration``)."""
 
@@ -118,7 +119,12 @@ class Threshold:
 
     @property
     def _without(self) -> str:
-        return ", without the flips it chose" if (self.calibration or {}).get("without_tta") else ""
+        calibration = self.calibration or {}
+        if calibration.get("without_tta"):
+            return ", without the flips it chose"
+        if calibration.get("with_tta"):
+            return ", tuned with the flips it did not choose"
+        return ""
 
     def describe(self) -> str:
         """One line for the log: ``threshold 0.460 (calibrated on ..., 12 images)``."""
@@ -193,32 +199,36 @@ def out_of_fold_threshold(record: Mapping[str, Any], members: Sequence[Threshold
     )
 
 
-def without_flips(chosen: Threshold) -> Threshold:
-    """The threshold for predicting without the flips a tuning chose (``skinet evaluate
-    --tune-tta``'s calibration, ``skinet cv --tune-tta``'s folder): the one the same images
-    chose without them (``threshold_without_tta``); ``chosen`` itself when it was not tuned with
-    flips or its record lacks that value (a calibration made before it was kept, or calibrated
-    again with the flips it carried)."""
-    record = chosen.calibration or {}
-    plain = record.get("threshold_without_tta")
-    tuned = chosen.source in ("calibrated", "out-of-fold")
-    if not tuned or not chosen.tta or not isinstance(plain, int | float):
-        return chosen
-    measured_with_flips = ("pooled_dice", "mean_jaccard")
-    kept = {
-        key: value
-        for key, value in record.items()
-        if not key.startswith("tta") and key not in measured_with_flips
-    }
-    key = "threshold" if chosen.source == "calibrated" else "value"
-    kept.update({key: float(plain), "without_tta": True})
-    return Threshold(float(plain), chosen.source, calibration=kept, members=chosen.members)
+OTHER_WAY = {True: "with_tta", False: "without_tta"}
+"""The record's mark of a threshold taken from the way its tuning did not choose, by ``tta``."""
 
 
 def for_flips(chosen: Threshold, tta: bool) -> Threshold:
-    """The threshold to predict at with flips (``tta``: ``chosen``) or without them
-    (:func:`without_flips`)."""
-    return chosen if tta else without_flips(chosen)
+    """The threshold to predict at with flips (``tta``) or without them.
+
+    A tuning that decided flips (``skinet evaluate --tune-tta``'s calibration, ``skinet cv
+    --tune-tta``'s folder) kept the threshold the same images chose each way
+    (``threshold_with_tta``, ``threshold_without_tta``): predicting the other way than it chose
+    (``--no-tta`` on a choice of flips, ``--tta`` on a choice without) takes that way's value.
+    ``chosen`` itself when it predicts the way it was tuned, was not tuned on one's own images,
+    or its record lacks the other way's value (a calibration made before both were kept, or
+    calibrated again with the flips it carried).
+    """
+    record = chosen.calibration or {}
+    other = record.get("threshold_with_tta" if tta else "threshold_without_tta")
+    tuned = chosen.source in ("calibrated", "out-of-fold")
+    tuned_with_flips = chosen.tta or bool(record.get(OTHER_WAY[True]))
+    if not tuned or tuned_with_flips == tta or not isinstance(other, int | float):
+        return chosen
+    measured_the_chosen_way = ("pooled_dice", "mean_jaccard", *OTHER_WAY.values())
+    kept = {
+        key: value
+        for key, value in record.items()
+        if not key.startswith("tta") and key not in measured_the_chosen_way
+    }
+    key = "threshold" if chosen.source == "calibrated" else "value"
+    kept.update({key: float(other), OTHER_WAY[tta]: True})
+    return Threshold(float(other), chosen.source, calibration=kept, members=chosen.members)
 
 
 RECORD_DIGITS = 6

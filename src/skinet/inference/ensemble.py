@@ -76,8 +76,8 @@ def ensemble_threshold(
     One ``skinet cv`` folder: the threshold its cross-validation chose on the out-of-fold
     probabilities of every training image (its ``cv_results.json``), with the folds' own as
     members. Anything else, or a cv folder from before that record: the mean of the members',
-    each one's threshold tuned without flips where its calibration chose flips and recorded it
-    (:func:`without_flips`), unless the ensemble predicts with flips (``flips``, ``--tta``).
+    each one's threshold tuned the way the ensemble predicts (``flips``, ``--tta``) where its
+    calibration recorded it (:func:`for_flips`).
     """
     members = [for_flips(checkpoint.threshold_choice, flips) for checkpoint in checkpoints]
     if len(paths) == 1 and Path(paths[0]).is_dir():
@@ -187,7 +187,8 @@ class EnsemblePredictor(Predictor):
         """Load the checkpoints (files or cv folders); threshold: :func:`ensemble_threshold` if
         ``None``; ``tta`` (``None`` or absent): as a cv folder's ``--tune-tta`` chose, else no
         (members' own calibrations do not decide it). Without the flips a cv folder chose, its
-        threshold is the one chosen without them (:func:`without_flips`)."""
+        threshold is the one chosen without them, and with ``--tta`` on a
+        cv folder that chose no flips, the one chosen with them (:func:`for_flips`)."""
         checkpoints = [load_checkpoint(p) for p in resolve_checkpoints(paths)]
         check_compatible(checkpoints)
         thresholds = [c.threshold_choice for c in checkpoints]

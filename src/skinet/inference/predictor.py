@@ -131,8 +131,9 @@ class Predictor:
             threshold: Overrides the checkpoint's threshold (its calibrated one, else its
                 validation-optimal one).
             kwargs: ``tta`` (``None`` or absent: what the checkpoint's calibration chose, else
-                no; false on a calibration that chose flips: the threshold it chose without
-                them), ``keep_largest``, ``fill_holes``, ``batch_size``.
+                no; given the way its calibration did not choose, the threshold it chose that
+                way: :func:`~skinet.checkpoints.threshold.for_flips`), ``keep_largest``,
+                ``fill_holes``, ``batch_size``.
         """
         checkpoint = load_checkpoint(path)
         if kwargs.get("tta") is None:
