@@ -171,9 +171,11 @@ def test_no_tta_predicts_at_the_threshold_the_calibration_chose_without_flips(
     pair = [edited, edited]
     assert EnsemblePredictor.from_checkpoints(pair).threshold == pytest.approx(plain)
     argv = ["predict", "--checkpoint", str(edited), str(edited), "--images", str(images)]
+    caplog.clear()
     assert run_cli([*argv, "--output", str(tmp_path / "pair")]) == 0
     ensemble = json.loads((tmp_path / "pair" / "predictions.json").read_text())
     assert ensemble["threshold"]["value"] == pytest.approx(plain) and ensemble["tta"] is False
+    assert "a member calibrated with flips brings its threshold tuned without them" in caplog.text
     with_flips = EnsemblePredictor.from_checkpoints(pair, tta=True)
     assert with_flips.threshold == pytest.approx(record["threshold"])
     # Calibrated again without flips: its source's own threshold is the one without them.
@@ -234,8 +236,10 @@ def test_flips_stay_off_without_a_clear_gain_and_tta_predicts_at_the_threshold_t
     predicted = json.loads((tmp_path / "plain" / "predictions.json").read_text())
     assert predicted["tta"] is False
     assert predicted["threshold"]["value"] == pytest.approx(record["threshold"])
-    assert EnsemblePredictor.from_checkpoints([edited, edited], tta=True).threshold == (
-        pytest.approx(flipped)
+    pair = EnsemblePredictor.from_checkpoints([edited, edited], tta=True).threshold_choice
+    assert pair.value == pytest.approx(flipped)
+    assert "a member calibrated without flips brings its threshold tuned with them" in (
+        pair.describe()
     )
     # Calibrated again with --tta: its source's own threshold is the one tuned with flips.
     again = tmp_path / "again.ckpt"

@@ -103,7 +103,7 @@ class Threshold:
             return "the checkpoint's validation-optimal one"
         if self.source == "ensemble mean":
             values = ", ".join(f"{member.value:.3f}" for member in self.members)
-            return f"mean of the members' thresholds ({values})"
+            return f"mean of the members' thresholds ({values}){self._members_other_way}"
         if self.source == "out-of-fold":
             calibration = self.calibration or {}
             return (
@@ -125,6 +125,20 @@ class Threshold:
         if calibration.get("with_tta"):
             return ", tuned with the flips it did not choose"
         return ""
+
+    @property
+    def _members_other_way(self) -> str:
+        marks = {
+            mark
+            for member in self.members
+            for mark in OTHER_WAY.values()
+            if (member.calibration or {}).get(mark)
+        }
+        notes = {
+            "without_tta": "a member calibrated with flips brings its threshold tuned without them",
+            "with_tta": "a member calibrated without flips brings its threshold tuned with them",
+        }
+        return "".join(f"; {notes[mark]}" for mark in sorted(marks, reverse=True))
 
     def describe(self) -> str:
         """One line for the log: ``threshold 0.460 (calibrated on ..., 12 images)``."""
