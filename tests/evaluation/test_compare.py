@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -258,6 +259,14 @@ def test_model_arguments_with_equals_signs_in_checkpoint_names(tmp_path: Path) -
     assert model_spec(str(ckpt)).paths == (ckpt,) and model_spec(str(ckpt)).name == "run"
     named = model_spec(f"ema={ckpt},{ckpt}")
     assert named.name == "ema" and named.paths == (ckpt, ckpt)
+    # The shell expands no pattern after NAME=: compare does, each match a run.
+    other = tmp_path / "run2" / "checkpoints" / "best-epoch=001.ckpt"
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"")
+    assert model_spec(f"ema={tmp_path}/run/checkpoints/best-*.ckpt").paths == (ckpt,)
+    assert model_spec(f"ema={tmp_path}/run*/checkpoints/best-*.ckpt").paths == (ckpt, other)
+    with pytest.raises(argparse.ArgumentTypeError, match="not found"):
+        model_spec(f"ema={tmp_path}/nothing_*/best.ckpt")
 
 
 def test_a_cv_folder_is_compared_as_the_ensemble_of_its_folds(
@@ -298,3 +307,56 @@ def test_two_sets_of_one_name_are_refused(tmp_path: Path, capsys) -> None:
     captured = capsys.readouterr()
     assert "two sets are named 's'" in captured.out + captured.err
     assert not (tmp_path / "out").exists()
+
+
+def test_options_set_the_prediction_flags_of_one_model(
+    trained_checkpoint: Path, synthetic_root: Path, tmp_path: Path, capsys, caplog
+) -> None:
+    # One checkpoint three ways: as it is, with --options 'flips=--tta', and the masks
+    # `skinet predict --tta` wrote. The second is scored as the third, image by image.
+    images = synthetic_root / "ISIC-2017_Training_Data"
+    masks = synthetic_root / "ISIC-2017_Training_Part1_GroundTruth"
+    predicted = tmp_path / "predicted"
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--images", str(images)]
+    assert main([*argv, "--output", str(predicted), "--tta"]) == 0
+    models = [f"plain={trained_checkpoint}", f"flips={trained_checkpoint}", f"written={predicted}"]
+    argv = ["compare", *models, "--external", f"train={images}:{masks}", "--draws", "200"]
+    assert main([*argv, "--options", "flips=--tta", "-o", str(tmp_path / "out")]) == 0
+    assert "flips: predicted with --tta (--options)" in caplog.text
+    rows = _rows(tmp_path / "out")
+    assert rows["flips"]["difference"] != 0.0, "flips change nothing here: the test proves nothing"
+    assert rows["flips"]["mean"] == pytest.approx(rows["written"]["mean"], abs=1e-12)
+    assert rows["flips"]["difference"] == pytest.approx(rows["written"]["difference"], abs=1e-12)
+    summary = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert summary["models"]["flips"] == {"paths": [str(trained_checkpoint)], "options": "--tta"}
+    assert "options" not in summary["models"]["plain"]
+    table = (tmp_path / "out" / "comparison.md").read_text()
+    assert "Predicted with: flips: `--tta` (`--options`)." in table
+    every = "plain=--no-tta --threshold 0.3 --keep-largest --fill-holes"
+    assert main([*argv, "--options", every, "-o", str(tmp_path / "every")]) == 0
+    summary = json.loads((tmp_path / "every" / "comparison.json").read_text())
+    flags = "--threshold 0.3 --no-tta --keep-largest --fill-holes"
+    assert summary["models"]["plain"]["options"] == flags
+    assert _rows(tmp_path / "every")["flips"]["difference"] != rows["flips"]["difference"]
+    capsys.readouterr()
+
+    # Refused before anything is scored: a name no model has, a flag predict does not take
+    # per model, flags for a folder of masks, one model's flags given twice.
+    for options, message in [
+        (["--options", "nobody=--tta"], "no model is named 'nobody'"),
+        (["--options", "flips=--device cpu"], "unknown --device cpu"),
+        (["--options", "flips=--threshold 2"], "flips: argument --threshold"),
+        (["--options", "written=--tta"], "a folder of predicted masks, which no flag changes"),
+        (["--options", "flips=--tta", "--options", "flips=--fill-holes"], "given twice"),
+    ]:
+        output = tmp_path / "refused"
+        caplog.clear()
+        try:
+            code = main([*argv, *options, "-o", str(output)])
+        except SystemExit as exit_:  # argparse's own usage errors
+            code = exit_.code
+        assert code == 2, options
+        captured = capsys.readouterr()
+        said = captured.out + captured.err + caplog.text
+        assert message in said, (options, said)
+        assert not output.exists()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import logging
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +46,7 @@ def model_spec(text: str) -> ModelSpec:
     whole = [part for part in text.split(",") if part]
     if not sep or not MODEL_NAME.fullmatch(name) or all(Path(p).exists() for p in whole):
         name, rest = "", text
-    paths = tuple(Path(part) for part in rest.split(",") if part)
+    paths = tuple(path for part in rest.split(",") if part for path in _expand(part))
     if not paths:
         raise argparse.ArgumentTypeError(f"expected [NAME=]PATH[,PATH...], got {text!r}")
     for path in paths:
@@ -59,9 +61,62 @@ def model_spec(text: str) -> ModelSpec:
     return ModelSpec(name, paths)
 
 
+@dataclass(frozen=True)
+class ModelOptions:
+    """``NAME=FLAGS``: prediction flags for one model's checkpoints (``--options``)."""
+
+    name: str
+    flags: dict[str, Any]
+
+
+def _flags_parser() -> argparse.ArgumentParser:
+    """The flags of ``predict`` that ``--options`` sets per model; unset ones stay ``None``."""
+    parser = argparse.ArgumentParser(prog="--options NAME=", add_help=False, exit_on_error=False)
+    parser.add_argument("--threshold", type=probability)
+    parser.add_argument("--tta", action=argparse.BooleanOptionalAction)
+    parser.add_argument("--keep-largest", action="store_true", default=None)
+    parser.add_argument("--fill-holes", action="store_true", default=None)
+    return parser
+
+
+OPTION_FLAGS = "--tta, --no-tta, --keep-largest, --fill-holes, --threshold T"
+"""What ``--options`` takes, in words."""
+
+
+def model_options(text: str) -> ModelOptions:
+    """An ``argparse`` type: ``NAME=FLAGS``, e.g. ``flips=--tta --fill-holes``."""
+    name, sep, flags = text.partition("=")
+    if not sep or not MODEL_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(f"expected NAME=FLAGS (e.g. 'flips=--tta'), got {text!r}")
+    try:
+        parsed, unknown = _flags_parser().parse_known_args(shlex.split(flags))
+    except (argparse.ArgumentError, ValueError) as error:
+        raise argparse.ArgumentTypeError(f"{name}: {error}") from None
+    given = {key: value for key, value in vars(parsed).items() if value is not None}
+    if unknown or not given:
+        raise argparse.ArgumentTypeError(
+            f"{name}: {'unknown ' + ' '.join(unknown) if unknown else 'no flags'}; "
+            f"per model: {OPTION_FLAGS}"
+        )
+    return ModelOptions(name, given)
+
+
+def _expand(part: str) -> list[Path]:
+    """A path, or the files a pattern matches, sorted: runs of one model. The shell expands no
+    pattern after ``NAME=``, so ``flips=runs/*/checkpoints/best-*.ckpt`` is expanded here."""
+    if Path(part).exists() or not any(char in part for char in "*?["):
+        return [Path(part)]
+    return [Path(match) for match in sorted(glob.glob(part))] or [Path(part)]
+
+
 def run_compare(args: argparse.Namespace) -> int:
     """Score every run of every model on every set; print and write the comparison."""
-    from skinet.evaluation.compare import compare_scores, comparison_table, write_comparison
+    from skinet.evaluation.compare import (
+        compare_scores,
+        comparison_table,
+        options_note,
+        write_comparison,
+    )
 
     _check_arguments(args)
     check_output_folder(args.output)
@@ -79,8 +134,16 @@ def run_compare(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         raise UsageError(str(error)) from None
-    paths = write_comparison(comparison, scores, args.output)
-    print(comparison_table(comparison))
+    flags = {options.name: options.flags for options in args.options}
+    models = {
+        spec.name: {
+            "paths": [str(path) for path in spec.paths],
+            **({"options": _words(flags[spec.name])} if spec.name in flags else {}),
+        }
+        for spec in args.models
+    }
+    paths = write_comparison(comparison, scores, args.output, models)
+    print(comparison_table(comparison) + options_note(models))
     print(f"written: {paths['table']}, {paths['json']}, {paths['per_image']}")
     return 0
 
@@ -97,6 +160,11 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--paired-runs needs as many runs of every model, got {counts}")
     if args.split == "none" and not args.external:
         raise UsageError("nothing to score: give --split (of --data-dir) and/or --external")
+    optioned = [options.name for options in args.options]
+    if unknown := sorted(set(optioned) - set(names)):
+        raise UsageError(f"--options {unknown[0]}=...: no model is named {unknown[0]!r} ({names})")
+    if twice := sorted({name for name in optioned if optioned.count(name) > 1}):
+        raise UsageError(f"--options {twice[0]}= is given twice: put its flags in one")
     set_names = ([args.split] if args.split != "none" else []) + [e.name for e in args.external]
     twice = sorted({name for name in set_names if set_names.count(name) > 1})
     if twice:
@@ -109,11 +177,24 @@ def _load_models(args: argparse.Namespace) -> list[tuple[str, Path, Any]]:
     Every checkpoint (or cv folder's ensemble) is loaded, and checked against the split it
     would score, before any is scored: a refused model loses no work.
     """
+    flags = {options.name: options.flags for options in args.options}
+    for spec in args.models:
+        if spec.name in flags and any(_is_prediction_folder(path) for path in spec.paths):
+            raise UsageError(
+                f"--options {spec.name}=...: {spec.name}'s runs include a folder of predicted "
+                "masks, which no flag changes: give its checkpoints"
+            )
     predictors = [
-        (spec.name, path, None if _is_prediction_folder(path) else _predictor(path, args))
+        (
+            spec.name,
+            path,
+            None if _is_prediction_folder(path) else _predictor(path, args, flags.get(spec.name)),
+        )
         for spec in args.models
         for path in spec.paths  # a path given twice is two runs
     ]
+    for options in args.options:
+        log.info("%s: predicted with %s (--options)", options.name, _words(options.flags))
     if args.split != "none":
         for *_, predictor in predictors:
             if predictor is not None:
@@ -166,6 +247,18 @@ def _source_model(path: Path, predictor: Any) -> tuple[Path | None, bool]:
     return (origin if origin.is_absolute() and origin.is_file() else None), True
 
 
+def _words(flags: dict[str, Any]) -> str:
+    """``{"tta": True, "threshold": 0.4}`` -> ``--tta --threshold 0.4``."""
+    words = []
+    for key, value in flags.items():
+        flag = "--" + key.replace("_", "-")
+        if value is False:
+            words.append(flag.replace("--", "--no-", 1))
+        else:
+            words.append(flag if value is True else f"{flag} {value}")
+    return " ".join(words)
+
+
 def _labelled_sets(
     args: argparse.Namespace, predictors: list[tuple[str, Path, Any]]
 ) -> dict[str, Any]:
@@ -204,9 +297,12 @@ def _is_prediction_folder(path: Path) -> bool:
     return path.is_dir() and not any((path / CV_RESULTS_DIR).glob("fold_*.json"))
 
 
-def _predictor(path: Path, args: argparse.Namespace) -> Any:
-    """A checkpoint's predictor, built as ``predict`` and ``evaluate`` build it."""
-    return build_predictor(argparse.Namespace(**{**vars(args), "checkpoint": [path]}))
+def _predictor(path: Path, args: argparse.Namespace, flags: dict[str, Any] | None) -> Any:
+    """A checkpoint's predictor, built as ``predict`` and ``evaluate`` build it; ``flags``
+    (the model's ``--options``) override the command's."""
+    return build_predictor(
+        argparse.Namespace(**{**vars(args), **(flags or {}), "checkpoint": [path]})
+    )
 
 
 def _score(path: Path, predictor: Any, set_name: str, samples: Any) -> dict[str, float]:
@@ -274,5 +370,15 @@ def add_compare_subcommand(subparsers: Any) -> None:
         "needs as many runs",
     )
     add_model_options(compare)
+    compare.add_argument(
+        "--options",
+        action="append",
+        default=[],
+        type=model_options,
+        metavar="NAME=FLAGS",
+        help=f"prediction flags for one model's checkpoints, over the command's ({OPTION_FLAGS};"
+        " repeatable): one checkpoint given twice, e.g. plain=CKPT flips=CKPT "
+        "--options 'flips=--tta'",
+    )
     add_leak_option(compare)
     compare.set_defaults(func=run_compare)

@@ -294,10 +294,15 @@ def comparison_table(comparison: Comparison) -> str:
 
 
 def write_comparison(
-    comparison: Comparison, scores: Mapping[str, SetScores], output: Path
+    comparison: Comparison,
+    scores: Mapping[str, SetScores],
+    output: Path,
+    models: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Path]:
     """``comparison.md``, ``comparison.json`` and ``per_image.csv`` (set, image, model, run,
-    jaccard) in ``output``; each written whole or not at all."""
+    jaccard) in ``output``; each written whole or not at all. ``models``: what each model is
+    (its ``paths``, and the ``options`` it was predicted with), kept in ``comparison.json`` and
+    the options under the table."""
     output.mkdir(parents=True, exist_ok=True)
     paths = {"table": output / TABLE_FILE, "json": output / JSON_FILE}
     paths["per_image"] = output / PER_IMAGE_FILE
@@ -310,7 +315,9 @@ def write_comparison(
         "paired_runs": comparison.paired_runs,
         "rows": [{**asdict(row), "verdict": row.verdict} for row in comparison.rows],
     }
-    _write_atomic(paths["table"], comparison_table(comparison))
+    if models is not None:
+        summary["models"] = {name: dict(model) for name, model in models.items()}
+    _write_atomic(paths["table"], comparison_table(comparison) + options_note(models or {}))
     _write_atomic(paths["json"], json.dumps(summary, indent=2))
     tmp = paths["per_image"].with_name(f".{PER_IMAGE_FILE}.partial")
     with tmp.open("w", newline="") as handle:
@@ -323,6 +330,12 @@ def write_comparison(
                         writer.writerow([set_name, image_id, model, run, f"{value:.6f}"])
     os.replace(tmp, paths["per_image"])
     return paths
+
+
+def options_note(models: Mapping[str, Mapping[str, Any]]) -> str:
+    """The lines under the table that say which models were predicted with which flags."""
+    given = [f"{name}: `{m['options']}`" for name, m in models.items() if "options" in m]
+    return f"\nPredicted with: {'; '.join(given)} (`--options`).\n" if given else ""
 
 
 def _write_atomic(path: Path, text: str) -> None:
