@@ -164,6 +164,19 @@ def test_no_tta_predicts_at_the_threshold_the_calibration_chose_without_flips(
     chosen = predicted_threshold("", "flipped")
     assert chosen["value"] == pytest.approx(record["threshold"])
     assert "flips at prediction time (as calibrated)" in caplog.text
+    # An export is one view, but its sidecar says to average the flips (tta: true): the
+    # sidecar and the card both give the threshold tuned with them.
+    exported = tmp_path / "edited.pt"
+    argv = ["export", "--checkpoint", str(edited), "--format", "torchscript", "--output"]
+    assert run_cli([*argv, str(exported)]) == 0
+    sidecar = json.loads(exported.with_name("edited.pt.json").read_text())
+    assert sidecar["tta"] is True and sidecar["threshold"] == pytest.approx(record["threshold"])
+    output_line = next(
+        line
+        for line in exported.with_name("edited.pt.MODEL_CARD.md").read_text().splitlines()
+        if line.startswith("- Output")
+    )
+    assert f"{record['threshold']:.4f}" in output_line and f"{plain:.4f}" not in output_line
     # Given --threshold, that value wins either way.
     assert Predictor.from_checkpoint(edited, threshold=0.61, tta=False).threshold == 0.61
     # An ensemble of such members predicts from one view unless given --tta: at the mean of
@@ -248,6 +261,21 @@ def test_flips_stay_off_without_a_clear_gain_and_tta_predicts_at_the_threshold_t
     assert run_cli([*argv, "--save-calibrated", str(again), "--output", str(tmp_path / "e")]) == 0
     recalibrated = load_checkpoint(again).payload.calibration
     assert recalibrated is not None and recalibrated["source_threshold"] == pytest.approx(flipped)
+    # Calibrated again with --tune-tta on images where flips win: the guarded rule keeps each
+    # way's own threshold unless the gain is clear, and the record names the one it kept.
+    flipped_images, flipped_masks, _ = _drawn_by(
+        trained_checkpoint, synthetic_root, tmp_path / "flipped_clinic", True
+    )
+    capsys.readouterr()
+    again = tmp_path / "again_flips.ckpt"
+    assert _tune(edited, flipped_images, flipped_masks, tmp_path / "t2", "--save-calibrated",
+                 str(again)) == 0  # fmt: skip
+    printed = re.sub(r"\s+", " ", capsys.readouterr().out)
+    recalibrated = load_checkpoint(again).payload.calibration
+    assert recalibrated is not None and recalibrated["tta"] is True
+    assert recalibrated["source_threshold"] == pytest.approx(flipped)
+    kept = recalibrated["threshold"] == pytest.approx(recalibrated["source_threshold"])
+    assert kept == ("(the model's own: no clear gain" in printed), printed
     # A record whose choice is not true or false is refused, not read as one.
     raw[CHECKPOINT_KEY]["calibration"]["tta"] = "yes"
     torch.save(raw, tmp_path / "bad.ckpt")

@@ -309,6 +309,7 @@ def _print_sets(summaries: dict[str, dict[str, Any]], tuned_set: str | None = No
 def _tune_threshold(
     predictor: Any, samples: list[Any], where: str, args: argparse.Namespace
 ) -> Any:
+    from skinet.checkpoints.threshold import for_flips
     from skinet.evaluation.tuning import choose_flips, tune_threshold
     from skinet.metrics.figures import signed
     from skinet.metrics.threshold_counts import GUARD_MIN_IMAGES
@@ -316,7 +317,11 @@ def _tune_threshold(
     reference = float(predictor.threshold)
     flips = None
     if args.tune_tta:
-        flips = choose_flips(predictor, samples, args.threshold_selection, reference)
+        # Each way keeps its own threshold unless the gain is clear: a calibration that kept
+        # the threshold tuned each way has a different one for the way it did not choose.
+        own = predictor.threshold_choice
+        references = (for_flips(own, False).value, for_flips(own, True).value)
+        flips = choose_flips(predictor, samples, args.threshold_selection, references)
         tuned = flips.tuned
         predictor.tta = flips.use
     else:

@@ -133,7 +133,7 @@ def tune_threshold(
     Raises:
         DatasetError: no image could be read.
     """
-    return _tune_ways(predictor, samples, (predictor.tta,), selection, reference)[0]
+    return _tune_ways(predictor, samples, (predictor.tta,), selection, (reference,))[0]
 
 
 def _tune_ways(
@@ -141,11 +141,12 @@ def _tune_ways(
     samples: Sequence[Sample],
     ways: Sequence[bool],
     selection: str,
-    reference: float | None,
+    references: Sequence[float | None],
 ) -> list[TunedThreshold]:
-    """:func:`tune_threshold` once per way of predicting (``tta`` off or on), in one pass over
-    the images: each is read and preprocessed once. ``predictor.tta`` is left as it was."""
-    tuners = [MapTuner(selection, reference) for _ in ways]
+    """:func:`tune_threshold` once per way of predicting (``tta`` off or on), each with its
+    ``references`` entry, in one pass over the images: each is read and preprocessed once.
+    ``predictor.tta`` is left as it was."""
+    tuners = [MapTuner(selection, reference) for reference in references]
     failures = feed_ways(predictor, samples, ways, tuners)
     try:
         tuned = [dataclasses.replace(tuner.result(), failures=failures) for tuner in tuners]
@@ -235,16 +236,19 @@ def choose_flips(
     predictor: Predictor,
     samples: Sequence[Sample],
     selection: str = "pooled_dice",
-    reference: float | None = None,
+    reference: float | tuple[float, float] | None = None,
 ) -> FlipChoice:
     """Tune the threshold on ``samples`` without and with flips (:func:`tune_threshold`, both in
     one pass over the images) and keep flips only when their gain is clear
-    (:class:`FlipChoice`). ``predictor.tta`` is left as it was.
+    (:class:`FlipChoice`). ``reference``: what ``guarded`` keeps, one for both ways or one
+    per way (without flips, with them: a calibration that kept each way's threshold).
+    ``predictor.tta`` is left as it was.
 
     Raises:
         DatasetError: no image could be read.
     """
-    plain, flipped = _tune_ways(predictor, samples, (False, True), selection, reference)
+    references = reference if isinstance(reference, tuple) else (reference, reference)
+    plain, flipped = _tune_ways(predictor, samples, (False, True), selection, references)
     return judge_flips(plain, flipped)
 
 

@@ -268,7 +268,9 @@ def export_checkpoint(
     else:
         export_onnx(wrapper, example, output, opset)
     sidecar = build_sidecar(checkpoint, fmt, wrapper, opset)
-    threshold = ensemble_threshold(listed, checkpoints)
+    # One checkpoint: the threshold of the way its calibration chose, as the sidecar says.
+    one = len(checkpoints) == 1
+    threshold = ensemble_threshold(listed, checkpoints, flips=one and bool(sidecar["tta"]))
     if len(checkpoints) > 1:
         sidecar.update(threshold=threshold.value, threshold_source=threshold.to_dict())
         sidecar["checkpoint"] = [str(c.path) for c in checkpoints]
