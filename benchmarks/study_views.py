@@ -16,7 +16,9 @@ and of its transpose, which adds the rotations by 90 and 270 degrees, the transp
 anti-transpose (the dihedral group of the square; the models train with ``RandomRotate90`` as
 well as flips, so every view is one they were trained on). Both arms run through
 ``skinet.inference.predict.predict_paths`` at the checkpoint's threshold, without
-post-processing; ``dihedral`` costs twice the model passes of ``flips``.
+post-processing; ``dihedral`` costs twice the model passes of ``flips``. Each arm's
+``predictions.json`` is ``predict_paths``' own and says ``"tta": true`` for both: the arm is
+the folder's name.
 """
 
 from __future__ import annotations

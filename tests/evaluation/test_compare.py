@@ -250,7 +250,9 @@ def test_bad_compare_arguments_exit_2(tmp_path: Path, argv, message, capsys) -> 
     assert message in captured.out + captured.err
 
 
-def test_model_arguments_with_equals_signs_in_checkpoint_names(tmp_path: Path) -> None:
+def test_model_arguments_with_equals_signs_in_checkpoint_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from skinet.cli.compare import model_spec
 
     ckpt = tmp_path / "run" / "checkpoints" / "best-epoch=003.ckpt"
@@ -265,8 +267,13 @@ def test_model_arguments_with_equals_signs_in_checkpoint_names(tmp_path: Path) -
     other.write_bytes(b"")
     assert model_spec(f"ema={tmp_path}/run/checkpoints/best-*.ckpt").paths == (ckpt,)
     assert model_spec(f"ema={tmp_path}/run*/checkpoints/best-*.ckpt").paths == (ckpt, other)
-    with pytest.raises(argparse.ArgumentTypeError, match="not found"):
+    with pytest.raises(argparse.ArgumentTypeError, match="no file matches"):
         model_spec(f"ema={tmp_path}/nothing_*/best.ckpt")
+    # A pattern whose own text holds '=' is paths when it matches as it stands, not NAME=*.ckpt.
+    (ckpt.parent / "last.ckpt").write_bytes(b"")
+    monkeypatch.chdir(ckpt.parent)
+    relative = model_spec("best-epoch=*.ckpt")
+    assert relative.paths == (Path(ckpt.name),) and relative.name == "run"
 
 
 def test_a_cv_folder_is_compared_as_the_ensemble_of_its_folds(
@@ -345,6 +352,7 @@ def test_options_set_the_prediction_flags_of_one_model(
     for options, message in [
         (["--options", "nobody=--tta"], "no model is named 'nobody'"),
         (["--options", "flips=--device cpu"], "unknown --device cpu"),
+        (["--options", "flips=--t"], "unknown --t"),
         (["--options", "flips=--threshold 2"], "flips: argument --threshold"),
         (["--options", "written=--tta"], "a folder of predicted masks, which no flag changes"),
         (["--options", "flips=--tta", "--options", "flips=--fill-holes"], "given twice"),

@@ -44,15 +44,17 @@ def model_spec(text: str) -> ModelSpec:
     # '=', and text that names existing paths as it stands is paths.
     name, sep, rest = text.partition("=")
     whole = [part for part in text.split(",") if part]
-    if not sep or not MODEL_NAME.fullmatch(name) or all(Path(p).exists() for p in whole):
+    as_paths = all(Path(p).exists() or glob.glob(p, recursive=True) for p in whole)
+    if not sep or not MODEL_NAME.fullmatch(name) or as_paths:
         name, rest = "", text
     paths = tuple(path for part in rest.split(",") if part for path in _expand(part))
     if not paths:
         raise argparse.ArgumentTypeError(f"expected [NAME=]PATH[,PATH...], got {text!r}")
     for path in paths:
         if not path.exists():
+            what = "no file matches" if _is_pattern(str(path)) else "not found"
             raise argparse.ArgumentTypeError(
-                f"{path}: not found (give a checkpoint .ckpt, a skinet cv folder or a folder of "
+                f"{path}: {what} (give a checkpoint .ckpt, a skinet cv folder or a folder of "
                 "predicted masks)"
             )
     if not name:
@@ -71,7 +73,9 @@ class ModelOptions:
 
 def _flags_parser() -> argparse.ArgumentParser:
     """The flags of ``predict`` that ``--options`` sets per model; unset ones stay ``None``."""
-    parser = argparse.ArgumentParser(prog="--options NAME=", add_help=False, exit_on_error=False)
+    parser = argparse.ArgumentParser(
+        prog="--options NAME=", add_help=False, exit_on_error=False, allow_abbrev=False
+    )
     parser.add_argument("--threshold", type=probability)
     parser.add_argument("--tta", action=argparse.BooleanOptionalAction)
     parser.add_argument("--keep-largest", action="store_true", default=None)
@@ -104,9 +108,13 @@ def model_options(text: str) -> ModelOptions:
 def _expand(part: str) -> list[Path]:
     """A path, or the files a pattern matches, sorted: runs of one model. The shell expands no
     pattern after ``NAME=``, so ``flips=runs/*/checkpoints/best-*.ckpt`` is expanded here."""
-    if Path(part).exists() or not any(char in part for char in "*?["):
+    if Path(part).exists() or not _is_pattern(part):
         return [Path(part)]
-    return [Path(match) for match in sorted(glob.glob(part))] or [Path(part)]
+    return [Path(match) for match in sorted(glob.glob(part, recursive=True))] or [Path(part)]
+
+
+def _is_pattern(text: str) -> bool:
+    return any(char in text for char in "*?[")
 
 
 def run_compare(args: argparse.Namespace) -> int:
