@@ -52,6 +52,20 @@ def _tune(checkpoint: Path, images: Path, masks: Path, out: Path, *extra: str) -
     )
 
 
+def _calibrate_again(
+    checkpoint: Path, images: Path, masks: Path, output: Path, flips: str
+) -> dict[str, object]:
+    """``evaluate --tune-threshold --threshold-selection guarded`` with ``flips`` (``--tta`` or
+    ``--no-tta``) saved to ``output``; its calibration record."""
+    argv = ["evaluate", "--checkpoint", str(checkpoint), "--images", str(images), "--masks"]
+    argv += [str(masks), "--tune-threshold", "--threshold-selection", "guarded", flips]
+    argv += ["--save-calibrated", str(output), "--output", str(output.with_suffix(""))]
+    assert run_cli(argv) == 0
+    record = load_checkpoint(output).payload.calibration
+    assert record is not None
+    return dict(record)
+
+
 def test_flips_are_chosen_when_clearly_better_and_then_used_by_predict_and_export(
     tmp_path: Path,
     trained_checkpoint: Path,
@@ -192,12 +206,8 @@ def test_no_tta_predicts_at_the_threshold_the_calibration_chose_without_flips(
     with_flips = EnsemblePredictor.from_checkpoints(pair, tta=True)
     assert with_flips.threshold == pytest.approx(record["threshold"])
     # Calibrated again without flips: its source's own threshold is the one without them.
-    again = tmp_path / "again.ckpt"
-    argv = ["evaluate", "--checkpoint", str(edited), "--images", str(images), "--masks"]
-    argv += [str(masks), "--tune-threshold", "--threshold-selection", "guarded", "--no-tta"]
-    assert run_cli([*argv, "--save-calibrated", str(again), "--output", str(tmp_path / "e")]) == 0
-    recalibrated = load_checkpoint(again).payload.calibration
-    assert recalibrated is not None and recalibrated["source_threshold"] == pytest.approx(plain)
+    recalibrated = _calibrate_again(edited, images, masks, tmp_path / "again.ckpt", "--no-tta")
+    assert recalibrated["source_threshold"] == pytest.approx(plain)
     assert "tta" not in recalibrated and "threshold_without_tta" not in recalibrated
     card = calibrated.with_name("clinic.ckpt.MODEL_CARD.md").read_text()
     without_figure = f"predicts at {record['threshold_without_tta']:.4f}"
@@ -255,12 +265,8 @@ def test_flips_stay_off_without_a_clear_gain_and_tta_predicts_at_the_threshold_t
         pair.describe()
     )
     # Calibrated again with --tta: its source's own threshold is the one tuned with flips.
-    again = tmp_path / "again.ckpt"
-    argv = ["evaluate", "--checkpoint", str(edited), "--images", str(images), "--masks"]
-    argv += [str(masks), "--tune-threshold", "--threshold-selection", "guarded", "--tta"]
-    assert run_cli([*argv, "--save-calibrated", str(again), "--output", str(tmp_path / "e")]) == 0
-    recalibrated = load_checkpoint(again).payload.calibration
-    assert recalibrated is not None and recalibrated["source_threshold"] == pytest.approx(flipped)
+    recalibrated = _calibrate_again(edited, images, masks, tmp_path / "again.ckpt", "--tta")
+    assert recalibrated["source_threshold"] == pytest.approx(flipped)
     # Calibrated again with --tune-tta on images where flips win: the guarded rule keeps each
     # way's own threshold unless the gain is clear, and the record names the one it kept.
     flipped_images, flipped_masks, _ = _drawn_by(
