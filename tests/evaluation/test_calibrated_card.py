@@ -48,7 +48,7 @@ def test_a_calibrated_card_predicts_at_the_calibrated_threshold(
     assert "(0.2000: calibrated" in output
     [evaluated] = _lines(again, "test metrics at threshold")
     assert evaluated.count("source model's") == 1 and "predicts at 0.2000" in evaluated
-    assert again.count(CALIBRATION_HEADING) == 1 and "**0.20**" in again
+    assert again.count(CALIBRATION_HEADING) == 1 and "**0.2000**" in again
 
     # `skinet export` copies the card as it is: the same one threshold.
     exported = tmp_path / "model.pt"

@@ -218,7 +218,7 @@ def test_a_calibrated_threshold_is_used_by_predict_evaluate_and_export(
     assert sidecar["threshold"] == exact
     card = exported.with_name("model.pt.MODEL_CARD.md").read_text()
     assert CALIBRATION_HEADING in card and str(images.resolve()) in card
-    assert f"**{tuned:.2f}**" in card
+    assert f"**{tuned:.4f}**" in card
     beside = calibrated.with_name("clinic.ckpt.MODEL_CARD.md").read_text()
     assert beside.count(CALIBRATION_HEADING) == 1 and "# Model card" in beside
 

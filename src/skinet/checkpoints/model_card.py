@@ -130,7 +130,7 @@ def calibration_section(calibration: Mapping[str, Any]) -> str:
         [
             CALIBRATION_HEADING,
             "",
-            f"- Threshold **{calibration['threshold']:.2f}**, tuned by `skinet evaluate "
+            f"- Threshold **{_figure(calibration['threshold'])}**, tuned by `skinet evaluate "
             f"--tune-threshold{_selection(calibration)}` on `{calibration.get('tuned_on', 'n/a')}` "
             f"({calibration.get('num_images', 'n/a')} images{dice_text}), "
             f"{calibration.get('created', '')}.",
