@@ -128,17 +128,15 @@ class Threshold:
 
     @property
     def _members_other_way(self) -> str:
-        marks = {
-            mark
-            for member in self.members
-            for mark in OTHER_WAY.values()
-            if (member.calibration or {}).get(mark)
-        }
         notes = {
             "without_tta": "a member calibrated with flips brings its threshold tuned without them",
             "with_tta": "a member calibrated without flips brings its threshold tuned with them",
         }
-        return "".join(f"; {notes[mark]}" for mark in sorted(marks, reverse=True))
+        return "".join(
+            f"; {note}"
+            for mark, note in notes.items()
+            if any((member.calibration or {}).get(mark) for member in self.members)
+        )
 
     def describe(self) -> str:
         """One line for the log: ``threshold 0.460 (calibrated on ..., 12 images)``."""

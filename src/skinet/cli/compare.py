@@ -20,7 +20,12 @@ from skinet.cli.arguments import (
     probability,
 )
 from skinet.cli.evaluation import refuse_leak
-from skinet.cli.inference import add_leak_option, add_model_options, build_predictor
+from skinet.cli.inference import (
+    add_leak_option,
+    add_model_options,
+    add_prediction_flags,
+    build_predictor,
+)
 from skinet.config.errors import UsageError
 from skinet.evaluation.options import SPLIT_CHOICES
 
@@ -76,10 +81,8 @@ def _flags_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="--options NAME=", add_help=False, exit_on_error=False, allow_abbrev=False
     )
-    parser.add_argument("--threshold", type=probability)
-    parser.add_argument("--tta", action=argparse.BooleanOptionalAction)
-    parser.add_argument("--keep-largest", action="store_true", default=None)
-    parser.add_argument("--fill-holes", action="store_true", default=None)
+    add_prediction_flags(parser)
+    parser.set_defaults(threshold=None, tta=None, keep_largest=None, fill_holes=None)
     return parser
 
 
@@ -142,7 +145,7 @@ def run_compare(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         raise UsageError(str(error)) from None
-    flags = {options.name: options.flags for options in args.options}
+    flags = _flags_by_model(args)
     models = {
         spec.name: {
             "paths": [str(path) for path in spec.paths],
@@ -185,7 +188,7 @@ def _load_models(args: argparse.Namespace) -> list[tuple[str, Path, Any]]:
     Every checkpoint (or cv folder's ensemble) is loaded, and checked against the split it
     would score, before any is scored: a refused model loses no work.
     """
-    flags = {options.name: options.flags for options in args.options}
+    flags = _flags_by_model(args)
     for spec in args.models:
         if spec.name in flags and any(_is_prediction_folder(path) for path in spec.paths):
             raise UsageError(
@@ -253,6 +256,11 @@ def _source_model(path: Path, predictor: Any) -> tuple[Path | None, bool]:
         return (path if path.is_file() else None), False
     origin = Path(origin)
     return (origin if origin.is_absolute() and origin.is_file() else None), True
+
+
+def _flags_by_model(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """``--options``: each named model's prediction flags."""
+    return {options.name: options.flags for options in args.options}
 
 
 def _words(flags: dict[str, Any]) -> str:

@@ -30,7 +30,9 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
+def add_prediction_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that decide how a checkpoint's probabilities become a mask (also taken per
+    model by ``skinet compare --options``)."""
     parser.add_argument(
         "--threshold", type=probability, help="override the checkpoint's threshold (0..1)"
     )
@@ -44,6 +46,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "--keep-largest", action="store_true", help="keep only the largest connected component"
     )
     parser.add_argument("--fill-holes", action="store_true", help="fill holes inside the mask")
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    add_prediction_flags(parser)
     parser.add_argument(
         "--batch-size", type=positive_int, default=8, help="images per forward pass"
     )
