@@ -56,6 +56,35 @@ def test_a_calibrated_payload_keeps_its_threshold_and_it_wins() -> None:
 
 
 @pytest.mark.parametrize(
+    ("train", "origin"),
+    [
+        ({}, "the checkpoint's validation-optimal one"),
+        ({"threshold_selection": "pooled_dice"}, "the checkpoint's validation-optimal one"),
+        (
+            {"threshold_selection": "per_image"},
+            "the checkpoint's validation-optimal one by mean per-image Jaccard",
+        ),
+        (
+            {"threshold_selection": "guarded", "threshold_reference": 0.4},
+            "the checkpoint's validation sweep kept its threshold_reference: guarded, no clear "
+            "gain on its validation images",
+        ),
+        (
+            {"threshold_selection": "guarded", "threshold_reference": 0.55},
+            "the checkpoint's validation-optimal one by mean per-image Jaccard: guarded, a clear "
+            "gain over its threshold_reference 0.550",
+        ),
+    ],
+)
+def test_a_swept_threshold_says_by_which_rule_and_whether_a_guard_kept_it(
+    train: dict[str, Any], origin: str
+) -> None:
+    payload = CheckpointPayload({"TRAIN_CONFIG": train}, 0.4, 0.4)
+    assert payload.threshold_choice.origin == origin
+    assert payload.threshold_choice.to_dict().get("reference") == train.get("threshold_reference")
+
+
+@pytest.mark.parametrize(
     ("model", "upsample"),
     [
         (GATE, "bilinear"),  # trained with the bilinear gate: read as such

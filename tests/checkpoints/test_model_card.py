@@ -6,7 +6,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
 from skinet.checkpoints.model_card import MODEL_CARD_FILE
+from skinet.cli.main import main
 from skinet.config.experiment import parse_config
 from skinet.datasets.locate import index_dataset
 from skinet.datasets.splits import split_file_sha256, write_split_file
@@ -121,3 +125,36 @@ def test_the_card_names_a_loss_that_is_not_the_default(tmp_path: Path) -> None:
     raw["TRAIN_CONFIG"].update(bce_weight=0.25, dice_reduction="image")
     card = build_model_card(parse_config(raw), inputs)
     assert "- Loss `BCE_DICE` (BCE weight 0.25, soft Dice per image), optimizer" in card
+
+
+def test_a_run_without_a_test_split_says_so_in_its_card_and_summary(
+    tiny_raw: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, carved = index_dataset(parse_config(tiny_raw))
+    ids = sorted(s.id for pairs in carved.values() for s in pairs)
+    split_file = write_split_file({"train": ids[:-3], "val": ids[-3:]}, tmp_path / "split.csv")
+    tiny_raw["TRAIN_CONFIG"].update({"max_epochs": 1, "use_mlflow_logger": False})
+    tiny_raw["DATA_CONFIG"]["split_file"] = str(split_file)
+    config = tmp_path / "no_test.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw))
+
+    assert main(["train", "--config", str(config), "--no-visualize"]) == 0
+
+    assert "(fit; no test split)" in capsys.readouterr().out
+    (card_path,) = (tmp_path / "runs").glob(f"*/{MODEL_CARD_FILE}")
+    card = card_path.read_text()
+    assert "(epoch 0, 0-based); no test split was scored:" in card
+    assert "test metrics at threshold" not in card
+    # The two threshold rows are told apart under the table.
+    legend = "`val_threshold_used` the one its `val_dice` and `val_iou` were computed at"
+    assert legend in card
+
+
+def test_a_fixed_threshold_card_has_no_legend_of_a_sweep(tiny_raw: dict[str, Any]) -> None:
+    tiny_raw["TRAIN_CONFIG"].update(
+        {"max_epochs": 1, "use_mlflow_logger": False, "optimal_threshold": 0.5}
+    )
+    result = run_training(parse_config(tiny_raw), visualize=False)
+    card = (result.run_dir / MODEL_CARD_FILE).read_text()
+    assert "| val_threshold_used | 0.5000 |" in card
+    assert "the previous epoch's choice" not in card

@@ -80,6 +80,8 @@ def test_flips_are_chosen_when_clearly_better_and_then_used_by_predict_and_expor
                  str(calibrated)) == 0  # fmt: skip
     printed = re.sub(r"\s+", " ", capsys.readouterr().out)
     assert "flips at prediction time on" in printed and ": flips on" in printed
+    # The export is one pass: the line on what uses the copy says so.
+    assert "flips on; predict and evaluate use both, an export the threshold only" in caplog.text
     record = load_checkpoint(calibrated).payload.calibration
     assert record is not None and record["tta"] is True and record["selection"] == "guarded"
     # Both ways kept the model's own threshold, the one the masks were drawn at (--no-tta below

@@ -65,8 +65,16 @@ def test_compare_prints_a_known_difference_inside_its_interval(tmp_path: Path, c
     assert row["better_share"] == 0.0
     printed = capsys.readouterr().out
     assert f"{expected:+.4f} [{row['low']:+.4f}, {row['high']:+.4f}]" in printed
-    assert (output / "comparison.md").read_text().startswith("| set | model |")
+    table = (output / "comparison.md").read_text()
+    assert table.startswith("| set | model |")
+    assert "mean of the sets" not in table  # one set: no pooled row, and no note on one
     assert len((output / "per_image.csv").read_text().splitlines()) == 1 + 2 * IMAGES
+    # Two sets: the pooled row, and the note on how it weighs them.
+    again = tmp_path / "again"
+    assert main(["compare", f"A={a}", f"B={b}", "--external", f"one={images}:{masks}",
+                 "--external", f"two={images}:{masks}", "-o", str(again)]) == 0  # fmt: skip
+    table = (again / "comparison.md").read_text()
+    assert "| mean of the sets | B |" in table and "'mean of the sets': every set weighs" in table
 
 
 def test_identical_prediction_folders_give_zero(tmp_path: Path, capsys) -> None:

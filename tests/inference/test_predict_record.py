@@ -65,7 +65,9 @@ def test_predictions_json_holds_the_threshold_and_source_that_made_the_masks(
     threshold = record["threshold"]
     if kind == "plain":
         own = load_checkpoint(trained_checkpoint)
-        assert threshold == {"value": round(own.threshold, 6), "source": "validation sweep"}
+        value = round(own.threshold, 6)
+        swept = {"value": value, "source": "validation sweep", "selection": "pooled_dice"}
+        assert threshold == swept
         assert own.threshold == own.val_optimal_threshold
     elif kind == "calibrated":
         assert threshold["value"] == CALIBRATED and threshold["source"] == "calibrated"

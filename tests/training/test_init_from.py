@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,7 @@ def test_fine_tuning_starts_from_the_weights_keeps_preprocessing_and_records_lin
 
 
 def test_a_guarded_fine_tune_measures_against_the_source_threshold(
-    tmp_path: Path, synthetic_root: Path, source_checkpoint: Path
+    tmp_path: Path, synthetic_root: Path, source_checkpoint: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = _fine_tune_config(
         tmp_path, synthetic_root, lr=1e-12, max_epochs=1, threshold_selection="guarded"
@@ -122,6 +123,17 @@ def test_a_guarded_fine_tune_measures_against_the_source_threshold(
     # The same weights on 4 validation images: no clear gain, so the source's threshold stays.
     (tuned,) = (run_dir / "checkpoints").glob("best-*.ckpt")
     assert load_checkpoint(tuned).threshold == pytest.approx(source)
+    # ... and the card, the log and predictions.json say it was kept, not chosen.
+    kept = "the checkpoint's validation sweep kept its threshold_reference: guarded"
+    assert kept in (run_dir / "MODEL_CARD.md").read_text()
+    images = synthetic_root / "ISIC-2017_Validation_Data"
+    caplog.clear()
+    argv = ["predict", "--checkpoint", str(tuned), "--images", str(images)]
+    assert main([*argv, "--output", str(tmp_path / "masks")]) == 0
+    assert kept in caplog.text
+    record = json.loads((tmp_path / "masks" / "predictions.json").read_text())["threshold"]
+    assert record["selection"] == "guarded"
+    assert record["reference"] == pytest.approx(source)
 
 
 def test_the_encoder_stays_as_loaded_while_frozen(

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from skinet.checkpoints.threshold import (
     DEFAULT_THRESHOLD,
@@ -113,7 +113,7 @@ def _calibration(raw: Any, source: str) -> dict[str, Any] | None:
     return dict(raw)
 
 
-def _probability(value: Any) -> bool:
+def _probability(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
 
 
@@ -197,8 +197,15 @@ class CheckpointPayload:
     @property
     def trained_threshold(self) -> Threshold:
         """The threshold the training run left, whether or not a calibration replaced it."""
+        _, train = _section(self.config, _TRAIN_SECTION)
+        train = train if isinstance(train, Mapping) else {}
+        selection, reference = train.get("threshold_selection"), train.get("threshold_reference")
         return trained_threshold(
-            _fixed_threshold(self.config), self.val_optimal_threshold, self.threshold_used
+            _fixed_threshold(self.config),
+            self.val_optimal_threshold,
+            self.threshold_used,
+            selection=selection if isinstance(selection, str) else None,
+            reference=float(reference) if _probability(reference) else None,
         )
 
     @property

@@ -21,6 +21,7 @@ import yaml
 from skinet.checkpoints.threshold import Threshold, trained_threshold
 from skinet.config.experiment import ExperimentConfig
 from skinet.datasets.registry import get_layout
+from skinet.keys import MetricsKey
 from skinet.metrics.figures import signed
 
 MODEL_CARD_FILE = "MODEL_CARD.md"
@@ -65,7 +66,13 @@ def card_threshold(cfg: ExperimentConfig, inputs: CardInputs) -> Threshold:
         return inputs.threshold
     metrics = inputs.metrics
     chosen = metrics.get("test_threshold_used", metrics.get("val_optimal_threshold"))
-    return trained_threshold(cfg.train.optimal_threshold, chosen)
+    train = cfg.train
+    return trained_threshold(
+        train.optimal_threshold,
+        chosen,
+        selection=train.threshold_selection,
+        reference=train.threshold_reference,
+    )
 
 
 def output_line(threshold: Threshold) -> str:
@@ -196,13 +203,20 @@ def _figure(value: float | None) -> str:
     return f"{value:.4f}"
 
 
-def _metrics_table(metrics: Mapping[str, float], monitor: str) -> list[str]:
+def _metrics_table(metrics: Mapping[str, float], monitor: str, swept: bool) -> list[str]:
     names = [monitor] + sorted(k for k in metrics if k.startswith(("val_", "test_")))
     rows = ["| metric | value |", "|---|---|"]
     for name in dict.fromkeys(names):
         if name in metrics:
             label = f"{name} (best epoch)" if name == monitor else name
             rows.append(f"| {label} | {_figure(metrics[name])} |")
+    if swept and MetricsKey.VAL_THRESHOLD_USED.value in metrics:
+        rows += [
+            "",
+            "`val_optimal_threshold` is the threshold that epoch chose; `val_threshold_used` the "
+            "one its `val_dice` and `val_iou` were computed at (the previous epoch's choice, 0.5 "
+            "on the first).",
+        ]
     return rows
 
 
@@ -235,6 +249,14 @@ def _validation_label(metrics: Mapping[str, float]) -> str:
     if epoch is None:
         return "Validation metrics of the last epoch (no best checkpoint was kept)"
     return f"Validation metrics of the best checkpoint (epoch {int(epoch)}, 0-based)"
+
+
+def _evaluation_label(metrics: Mapping[str, Any], threshold: Threshold) -> str:
+    """The line above the metrics table: which validation epoch, and the test's threshold (a
+    run without a test split says so instead)."""
+    if MetricsKey.TEST_THRESHOLD_USED.value not in metrics:
+        return f"{_validation_label(metrics)}; no test split was scored:"
+    return f"{_validation_label(metrics)} and {_EVALUATED_AT} {_figure(threshold.value)}:"
 
 
 def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
@@ -313,9 +335,9 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         "",
         "## Evaluation",
         "",
-        f"{_validation_label(metrics)} and {_EVALUATED_AT} {_figure(threshold.value)}:",
+        _evaluation_label(metrics, threshold),
         "",
-        *_metrics_table(metrics, inputs.monitor),
+        *_metrics_table(metrics, inputs.monitor, train.optimal_threshold is None),
         "",
         "## How to reproduce",
         "",

@@ -20,6 +20,7 @@ This module imports neither torch nor Lightning.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,10 @@ class Threshold:
         calibration: For ``calibrated`` and ``out-of-fold``: how it was tuned (``tuned_on``,
             ``num_images``, ``selection``, ``source_threshold``, ...).
         members: For ``ensemble mean`` and ``out-of-fold``: each member's threshold.
+        selection: For ``validation sweep``: the run's rule (``TRAIN_CONFIG.threshold_selection``;
+            ``None`` for a run that recorded none, which chose by pooled Dice).
+        reference: For ``validation sweep`` under ``guarded``: the threshold the sweep had to
+            beat clearly (``TRAIN_CONFIG.threshold_reference``; a fine-tuning run's source's).
     """
 
     value: float
@@ -72,6 +77,8 @@ class Threshold:
     set_by: str | None = None
     calibration: Mapping[str, Any] | None = field(default=None, hash=False)
     members: tuple[Threshold, ...] = ()
+    selection: str | None = None
+    reference: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.value <= 1.0:
@@ -100,7 +107,7 @@ class Threshold:
         if self.source == "fixed":
             return GIVEN if self.set_by == GIVEN else "fixed by the checkpoint's TRAIN_CONFIG"
         if self.source == "validation sweep":
-            return "the checkpoint's validation-optimal one"
+            return self._swept
         if self.source == "ensemble mean":
             values = ", ".join(f"{member.value:.3f}" for member in self.members)
             return f"mean of the members' thresholds ({values}){self._members_other_way}"
@@ -112,6 +119,22 @@ class Threshold:
                 f"{self._without}"
             )
         return "the default: the checkpoint records none"
+
+    @property
+    def _swept(self) -> str:
+        if self.selection == "guarded" and self.reference is not None:
+            if math.isclose(self.value, self.reference, abs_tol=1e-6):
+                return (
+                    "the checkpoint's validation sweep kept its threshold_reference: guarded, "
+                    "no clear gain on its validation images"
+                )
+            return (
+                "the checkpoint's validation-optimal one by mean per-image Jaccard: guarded, a "
+                f"clear gain over its threshold_reference {self.reference:.3f}"
+            )
+        if self.selection in ("per_image", "guarded"):
+            return "the checkpoint's validation-optimal one by mean per-image Jaccard"
+        return "the checkpoint's validation-optimal one"
 
     @property
     def _flips(self) -> str:
@@ -157,11 +180,19 @@ class Threshold:
             data["calibration"] = {k: self.calibration[k] for k in kept}
         if self.members:
             data["members"] = [member.to_dict() for member in self.members]
+        if self.selection is not None:
+            data["selection"] = self.selection
+        if self.reference is not None:
+            data["reference"] = self.reference
         return data
 
 
 def trained_threshold(
-    fixed: float | None, swept: float | None, used: float | None = None
+    fixed: float | None,
+    swept: float | None,
+    used: float | None = None,
+    selection: str | None = None,
+    reference: float | None = None,
 ) -> Threshold:
     """The threshold a training run left.
 
@@ -170,12 +201,20 @@ def trained_threshold(
         swept: The threshold the run chose on its validation set (``val_optimal_threshold``).
         used: The threshold the run applied last (a run without a finished validation applied
             :data:`DEFAULT_THRESHOLD`, or ``fixed``).
+        selection: ``TRAIN_CONFIG.threshold_selection``, the rule that chose ``swept``.
+        reference: ``TRAIN_CONFIG.threshold_reference``, what ``guarded`` measured against.
     """
     value = next((v for v in (swept, used, fixed) if v is not None), None)
     if fixed is not None:
         return Threshold(float(fixed if value is None else value), "fixed", set_by=TRAIN_FIXED)
     if swept is not None:
-        return Threshold(float(swept), "validation sweep")
+        guarded = reference if selection == "guarded" else None
+        return Threshold(
+            float(swept),
+            "validation sweep",
+            selection=selection,
+            reference=None if guarded is None else float(guarded),
+        )
     return Threshold(DEFAULT_THRESHOLD if value is None else float(value), "default")
 
 

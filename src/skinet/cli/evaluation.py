@@ -387,11 +387,14 @@ def _save_calibrated(
             record.update({k: earlier[k] for k in ("tta_gain", "tta_interval") if k in earlier})
     path = save_calibrated_checkpoint(source, args.save_calibrated, record)
     log.info(
-        "wrote %s: threshold %.2f (was %.2f)%s; predict, evaluate and export use it",
+        "wrote %s: threshold %.2f (was %.2f)%s",
         path,
         tuned.threshold,
         own,
-        ", flips on" if record.get("tta") else "",
+        ", flips on; predict and evaluate use both, an export the threshold only (one pass: "
+        "its sidecar says tta)"
+        if record.get("tta")
+        else "; predict, evaluate and export use it",
     )
 
 

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from skinet.config.experiment import ExperimentConfig
+from skinet.keys import MetricsKey
 from skinet.tracking.mlflow_utils import resolve_tracking_uri, sqlite_path
 
 if TYPE_CHECKING:
@@ -48,8 +49,10 @@ def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
         if name in metrics and name != monitor:
             table.add_row(name, f"{metrics[name]:.4f}")
     console.print(table)
+    tested = MetricsKey.TEST_THRESHOLD_USED.value in metrics
     console.print(
-        f"trained {result.epochs_trained} epoch(s) in {result.fit_seconds:.0f} s (fit and test); "
+        f"trained {result.epochs_trained} epoch(s) in {result.fit_seconds:.0f} s "
+        f"({'fit and test' if tested else 'fit; no test split'}); "
         f"stopped by {STOPPED_BY[result.stopped_by]}"
     )
     # Paths print whole (no wrap, no markup): a reader copies them, and "[...]" is a name.

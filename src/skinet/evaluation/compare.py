@@ -280,13 +280,15 @@ def comparison_table(comparison: Comparison) -> str:
             f"| {share} | {row.verdict} |"
         )
     dropped = {name: count for name, count in comparison.dropped.items() if count}
+    pooled = any(row.set == ALL_SETS for row in comparison.rows)
     notes = [
         "",
         f"Mean per-image Jaccard. Δ: the mean of the per-image differences to {reference}, with "
         f"a {percent} paired bootstrap interval ({comparison.draws} draws, seed "
         f"{comparison.seed}) that resamples the images and, for several runs, {runs}; a Δ "
         "whose interval holds 0 is no difference. Better on: share of images with a higher "
-        f"Jaccard than {reference}. '{ALL_SETS}': every set weighs the same.",
+        f"Jaccard than {reference}."
+        + (f" '{ALL_SETS}': every set weighs the same." if pooled else ""),
     ]
     if dropped:
         notes.append(f"Left out, not scored by every run: {dropped}.")
