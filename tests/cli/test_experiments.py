@@ -220,3 +220,24 @@ def test_ablations_started_together_get_their_own_folders(tiny_raw: dict[str, An
     ]
     assert len(set(folders)) == 3
     assert all(f.parent == _output_dir(raw) and f.name.startswith("ablation_") for f in folders)
+
+
+@pytest.mark.process
+def test_cv_routes_lightnings_log_through_skinets_like_train(
+    tmp_path: Path, tiny_raw: dict[str, Any]
+) -> None:
+    """Lightning's records once each through SkiNet's handler, without its cloud adverts."""
+    tiny_raw["TRAIN_CONFIG"].update(max_epochs=1, use_mlflow_logger=False)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw))
+    result = subprocess.run(
+        [sys.executable, "-m", "skinet", "cv", "--config", str(config), "--folds", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "Tip:" not in output
+    assert output.count("GPU available") == 2, output[-3000:]  # one line per fold

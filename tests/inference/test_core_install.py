@@ -116,12 +116,13 @@ def test_training_commands_without_the_extra_say_what_to_install(
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(tiny_raw))
     commands = [["train", "--config", str(config)], ["sweep", "--config", str(config)]]
+    commands.append(["cv", "--config", str(config), "--folds", "2"])
     commands.append(["config", "check", "--config", str(config)])
     result, output = _run_blocked(commands, tmp_path)
     message = " ".join(output.split())
-    assert result["statuses"] == [2, 2, 0], output[-3000:]
+    assert result["statuses"] == [2, 2, 2, 0], output[-3000:]
     assert "Traceback" not in output
-    for command in ("train", "sweep"):
+    for command in ("train", "sweep", "cv"):
         assert f"skinet {command} needs the training extra: pip install 'skinet[train]'" in message
     assert "(missing: lightning, torchmetrics, albumentations)" in message
     assert "(missing: lightning, torchmetrics, albumentations, optuna)" in message

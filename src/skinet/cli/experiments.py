@@ -129,6 +129,7 @@ def run_ablation_command(args: argparse.Namespace) -> int:
     return 0
 
 
+@requires(*TRAINING_MODULES)
 def run_cv_command(args: argparse.Namespace) -> int:
     """``skinet cv``: k-fold cross-validation, resumable."""
     from skinet.experiments.cv import run_cv
