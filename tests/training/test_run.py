@@ -16,6 +16,7 @@ import yaml
 
 from skinet.cli.main import main
 from skinet.config.experiment import parse_config
+from skinet.keys import MetricsKey
 from skinet.training.resume import ResumeError
 from skinet.training.run import run_training, train_and_evaluate
 
@@ -263,3 +264,20 @@ def test_cli_train_fails_fast_on_unreachable_tracking_server(
     assert main(["train", "--config", str(config)]) == 1
     assert "does not answer" in caplog.text
     assert not (tmp_path / "runs").exists()  # nothing half-made is left behind
+
+
+def test_a_run_on_a_few_images_logs_its_steps_without_lightnings_warning(
+    tiny_raw: dict[str, Any], recwarn: pytest.WarningsRecorder
+) -> None:
+    """Fewer training batches than ``log_every_n_steps`` (a clinic's 40 images): the interval
+    is capped at one epoch's batches, so the step metrics (throughput) are logged every epoch
+    and nothing warns."""
+    tiny_raw["TRAIN_CONFIG"].update(max_epochs=1, log_every_n_steps=50)
+    result = run_training(parse_config(tiny_raw), visualize=False)
+    assert not [w for w in recwarn if "smaller than the logging interval" in str(w.message)]
+    from mlflow.tracking import MlflowClient
+
+    from skinet.tracking.mlflow_utils import resolve_tracking_uri
+
+    client = MlflowClient(resolve_tracking_uri(parse_config(tiny_raw)))
+    assert client.get_metric_history(result.mlflow_run_id, MetricsKey.SAMPLES_PER_SEC.value)

@@ -225,7 +225,7 @@ class TrainConfig(Section):
     system_metrics_interval_sec: float = Field(5.0, gt=0.0)
     """Period of the CPU/RAM/GPU sampling thread."""
     log_every_n_steps: int = Field(10, gt=0)
-    """Lightning's step-metric logging period."""
+    """Lightning's step-metric logging period (capped at the training batches of an epoch)."""
     num_sanity_val_steps: int = Field(2, ge=-1)
     """Validation batches run before training (0 skips the sanity check)."""
     gradient_clip_val: float | None = Field(None, gt=0.0)

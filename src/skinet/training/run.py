@@ -77,9 +77,18 @@ def build_trainer(
     loggers: list[Any],
     callbacks: list[Any],
     deterministic: bool | str,
+    steps_per_epoch: int | None = None,
 ) -> L.Trainer:
-    """A Lightning ``Trainer`` configured from ``TRAIN_CONFIG`` and what it resolved to here."""
+    """A Lightning ``Trainer`` configured from ``TRAIN_CONFIG`` and what it resolved to here.
+
+    ``TRAIN_CONFIG.log_every_n_steps`` is capped at ``steps_per_epoch`` (the training batches of
+    one epoch, when known), so a run on a few images logs its steps every epoch, and Lightning
+    does not warn that it would not.
+    """
     train_cfg = cfg.train
+    log_every = train_cfg.log_every_n_steps
+    if steps_per_epoch:
+        log_every = min(log_every, steps_per_epoch)
     accelerator = "gpu" if train_cfg.accelerator == "cuda" else train_cfg.accelerator
     optional: dict[str, Any] = {
         key: getattr(train_cfg, key)
@@ -97,7 +106,7 @@ def build_trainer(
         logger=loggers or False,
         callbacks=callbacks,
         default_root_dir=run_dir,
-        log_every_n_steps=train_cfg.log_every_n_steps,
+        log_every_n_steps=log_every,
         num_sanity_val_steps=train_cfg.num_sanity_val_steps,
         accumulate_grad_batches=train_cfg.accumulate_grad_batches,
         enable_checkpointing=train_cfg.use_checkpoint,
@@ -176,8 +185,18 @@ def run_training(
                 model.model, plan.init_source.state_dict, plan.init_source.lineage.checkpoint
             )
         callbacks.append(ResumeStateCallback(cfg, loaders.train_dataset))
-        trainer = build_trainer(cfg, settings, plan.run_dir, loggers, callbacks, deterministic)
+        trainer = build_trainer(
+            cfg, settings, plan.run_dir, loggers, callbacks, deterministic, _batches(loaders.train)
+        )
         return fit_and_test(cfg, plan, trainer, model, loaders, history)
+
+
+def _batches(loader: Any) -> int | None:
+    """The batches of one pass over ``loader`` (``None`` when it has no length)."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
 
 
 def check_machine(cfg: ExperimentConfig) -> None:
