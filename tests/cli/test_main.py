@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -70,10 +71,15 @@ def test_data_stats_and_verify_through_the_cli(
     assert main(["data", "verify", "--data-dir", str(tmp_path / "nope")]) == 1
 
 
-def test_seeds_through_the_cli(tiny_raw: dict[str, Any], tmp_path: Path) -> None:
+def test_seeds_through_the_cli(tiny_raw: dict[str, Any], tmp_path: Path, capsys) -> None:
     config = _write_config(tiny_raw, tmp_path / "c.yaml", max_epochs=1)
     assert main(["seeds", "--config", config, "--seeds", "1", "2"]) == 0
-    assert list((tmp_path / "runs").rglob("seeds_summary_*.json"))
+    (summary,) = (tmp_path / "runs").rglob("seeds_summary_*.json")
+    out = capsys.readouterr().out
+    assert f"summary: {summary} and {summary.with_suffix('.md')}" in out
+    run_dirs = json.loads(summary.read_text())["run_dirs"]
+    for seed in ("1", "2"):
+        assert Path(run_dirs[seed]).is_dir() and f"seed {seed}: {run_dirs[seed]}" in out
 
 
 @pytest.mark.process

@@ -409,7 +409,7 @@ def test_killed_and_resumed_run_reproduces_the_uninterrupted_one(
 
 
 def test_resume_with_more_epochs_applies_the_current_schedule_and_records_it(
-    tiny_raw: dict[str, Any], tmp_path: Path
+    tiny_raw: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     tiny_raw["TRAIN_CONFIG"].update(
         {
@@ -441,6 +441,9 @@ def test_resume_with_more_epochs_applies_the_current_schedule_and_records_it(
     assert params["TRAIN_CONFIG/max_epochs"] == "1"
     assert params["resume/1/TRAIN_CONFIG/max_epochs"] == "3"
     assert params["resume/1/TRAIN_CONFIG/early_stopping_config/patience"] == "7"
+    # ... and the log says what changed, from what to what.
+    said = " ".join(caplog.text.split())
+    assert "TRAIN_CONFIG/max_epochs 1 -> 3" in said and "patience 3 -> 7" in said
 
 
 @pytest.mark.heavy

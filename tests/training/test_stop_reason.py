@@ -54,3 +54,24 @@ def test_a_run_records_why_it_stopped(
     client = MlflowClient(resolve_tracking_uri(load_config(config)))
     assert client.get_run(summary["mlflow_run_id"]).data.tags["skinet.stopped_by"] == expected
     assert printed in " ".join(capsys.readouterr().out.split())
+
+
+def test_an_early_stop_epochs_after_the_best_one_is_recorded_as_early_stopping(
+    tiny_raw: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A learning rate too small to move a weight and no running statistics: every epoch scores
+    # the same, so the first stays the best and patience 2 ends the run after the third.
+    tiny_raw["TRAIN_CONFIG"].update(
+        max_epochs=20, lr=1e-12, early_stopping_config={"patience": 2}, use_mlflow_logger=False
+    )
+    tiny_raw["MODEL_CONFIG"]["norm"] = "instance"
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw))
+
+    assert main(["train", "--config", str(config), "--no-visualize"]) == 0
+
+    (metrics_file,) = (tmp_path / "runs").glob("*/metrics.json")
+    summary = json.loads(metrics_file.read_text())
+    assert summary["epochs_trained"] == 3 and summary["metrics"]["best_epoch"] == 0
+    assert summary["stopped_by"] == "early_stopping"
+    assert "stopped by early stopping" in " ".join(capsys.readouterr().out.split())

@@ -17,6 +17,7 @@ from skinet.cli.arguments import DATASET_NAMES, add_option
 from skinet.config.errors import UsageError
 from skinet.datasets.registry import DOWNLOADABLE
 from skinet.imaging.errors import DatasetError, Problem
+from skinet.runtime.console import console as wide_console
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -28,7 +29,7 @@ def add_data_subcommands(subparsers: argparse._SubParsersAction) -> argparse.Arg
     Each leaf parser sets ``func`` to its handler, which takes the parsed namespace and returns
     the exit status.
     """
-    data = subparsers.add_parser("data", help="check, describe and download datasets")
+    data = subparsers.add_parser("data", help="verify, describe, download and cache datasets")
     commands = data.add_subparsers(dest="data_command", required=True)
 
     verify = commands.add_parser("verify", help="report every problem of a dataset, exit 1 if any")
@@ -118,12 +119,10 @@ def _data_config(args: argparse.Namespace):  # -> DataConfig
 
 def run_verify(args: argparse.Namespace, console: Console | None = None) -> int:
     """Print every problem of the dataset; 0 when it is clean, 1 otherwise."""
-    from rich.console import Console
-
     from skinet.datasets.locate import index_dataset
     from skinet.datasets.verify import verify_dataset
 
-    console = console or Console(stderr=False)
+    console = console or wide_console()
     data = _data_config(args)
     problems = verify_dataset(data, decode=not args.no_decode)
     if problems:
@@ -156,13 +155,11 @@ def _print_problems(console: Console, problems: list[Problem]) -> None:
 
 def run_stats(args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the mean/std of the chosen split's images as a ``DATA_CONFIG`` YAML block."""
-    from rich.console import Console
-
     from skinet.datasets.locate import index_dataset
     from skinet.datasets.stats import compute_channel_stats
     from skinet.imaging.preprocess import build_preprocessing
 
-    console = console or Console()
+    console = console or wide_console()
     data = _data_config(args)
     _, splits = index_dataset(data)
     names = list(splits) if args.split == "all" else [args.split]
@@ -174,13 +171,12 @@ def run_stats(args: argparse.Namespace, console: Console | None = None) -> int:
 
 def run_download(args: argparse.Namespace, console: Console | None = None) -> int:
     """Download, check and unpack the official archives of an ISIC dataset."""
-    from rich.console import Console
     from rich.markup import escape
 
     from skinet.datasets.download import ISIC_BASE_URL, DownloadError, download_dataset
     from skinet.datasets.registry import LAYOUTS
 
-    console = console or Console()
+    console = console or wide_console()
     dest = Path(args.dest or LAYOUTS[args.dataset].default_dir)
     try:
         download_dataset(
@@ -200,11 +196,9 @@ def run_cache(args: argparse.Namespace, console: Console | None = None) -> int:
     """``--list`` the cached splits as a table, or ``--clear`` them (``--older-than DAYS``)."""
     from datetime import datetime
 
-    from rich.console import Console
-
     from skinet.datasets.cache import clear_cache, default_cache_dir, list_cache
 
-    console = console or Console()
+    console = console or wide_console()
     if args.older_than is not None and not args.clear:
         raise UsageError("--older-than goes with --clear")
     if args.older_than is not None and args.older_than < 0:
@@ -242,7 +236,6 @@ def run_cache(args: argparse.Namespace, console: Console | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m skinet.cli.data``."""
-    from rich.console import Console
     from rich.markup import escape
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
@@ -258,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         parser.error(str(exc))  # exits 2, as argparse does for its own usage errors
     except DatasetError as exc:
-        Console().print(f"[bold red]{escape(str(exc))}[/bold red]")
+        wide_console().print(f"[bold red]{escape(str(exc))}[/bold red]")
         return 1
 
 

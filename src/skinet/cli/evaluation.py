@@ -280,8 +280,9 @@ def _print_sets(summaries: dict[str, dict[str, Any]], tuned_set: str | None = No
     """One row per evaluated set, and the mean over the sets (what the recipe study ranks by);
     the set the threshold was tuned on is marked, and its optimistic score left out of the
     mean."""
-    from rich.console import Console
     from rich.table import Table
+
+    from skinet.runtime.console import console
 
     table = Table(title="mean per-image scores at the original resolution")
     columns = ("images", "Jaccard", "Dice", "sens.", "spec.", "area ratio")
@@ -303,7 +304,7 @@ def _print_sets(summaries: dict[str, dict[str, Any]], tuned_set: str | None = No
     table.caption = "area ratio: median predicted / true lesion area (> 1: contour drawn too large)"
     if tuned_set is not None:
         table.caption += "; (tuned): the threshold was tuned on it, its scores are optimistic"
-    Console().print(table)
+    console().print(table)
 
 
 def _tune_threshold(
@@ -399,8 +400,9 @@ def _save_calibrated(
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from skinet.runtime.console import console
 
     table = Table(title=f"{summary.get('num_images', 0)} images", show_header=False)
     for key, value in summary.items():
@@ -410,4 +412,4 @@ def _print_summary(summary: dict[str, Any]) -> None:
         table.add_row(
             "images without HD95/ASSD (one mask empty)", str(summary["num_surface_undefined"])
         )
-    Console().print(table)
+    console().print(table)

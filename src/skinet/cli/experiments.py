@@ -115,7 +115,10 @@ def run_seeds_command(args: argparse.Namespace) -> int:
     """``skinet seeds``: one run per seed and a mean/std summary."""
     from skinet.experiments.seeds import run_seeds
 
-    run_seeds(_load(args), args.seeds)
+    summary = run_seeds(_load(args), args.seeds)
+    for seed, run_dir in summary.run_dirs.items():
+        print(f"seed {seed}: {run_dir}")
+    print(f"summary: {summary.json_path} and {summary.markdown_path}")
     return 0
 
 

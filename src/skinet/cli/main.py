@@ -82,20 +82,19 @@ def _add_verbose_to_subcommands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def configure_logging(verbose: bool = False, training: bool = True) -> None:
-    """Rich console logging for ``skinet`` and quieter third-party loggers.
+    """Console logging for ``skinet`` (rich on a terminal, a plain line per record in a log file)
+    and quieter third-party loggers.
 
     Args:
         verbose: Debug level instead of info.
         training: Also tame Lightning's and MLflow's loggers, which imports both (when
             installed); prediction leaves them unimported.
     """
-    from rich.logging import RichHandler
-
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    if not any(isinstance(h, RichHandler) for h in root.handlers):
-        handler = RichHandler(rich_tracebacks=False, show_path=False, log_time_format="[%X]")
-        handler.setFormatter(logging.Formatter("%(message)s"))
+    if not any(getattr(h, "skinet", False) for h in root.handlers):
+        handler = _log_handler()
+        handler.skinet = True  # type: ignore[attr-defined]
         handler.addFilter(_drop_advertisements)
         root.addHandler(handler)
     # Both configure their loggers at import; import them first so the settings below stick.
@@ -116,6 +115,36 @@ def configure_logging(verbose: bool = False, training: bool = True) -> None:
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated")
     # The model summary's size estimate under bf16-mixed: it counts the float32 weights anyway.
     warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
+
+
+class LogLineHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A record per line on the standard output of the moment, never wrapped: for log files and
+    pipes, where rich would wrap at 80 columns and split paths."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)-8s %(message)s", "%X"))
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stdout  # as it is now: a test or a caller may have replaced it
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _log_handler() -> logging.Handler:
+    """Rich's handler where rich draws (a terminal, Jupyter), else :class:`LogLineHandler`."""
+    from rich import get_console
+    from rich.logging import RichHandler
+
+    shown = get_console()
+    if not (shown.is_terminal or shown.is_jupyter):
+        return LogLineHandler()
+    handler = RichHandler(rich_tracebacks=False, show_path=False, log_time_format="[%X]")
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    return handler
 
 
 def _command_line(args: argparse.Namespace) -> str:

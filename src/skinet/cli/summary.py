@@ -5,11 +5,11 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.table import Table
 
 from skinet.config.experiment import ExperimentConfig
 from skinet.keys import MetricsKey
+from skinet.runtime.console import console
 from skinet.tracking.mlflow_utils import resolve_tracking_uri, sqlite_path
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ STOPPED_BY = {
 
 def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
     """A table of the headline metrics and where the run wrote its outputs."""
-    console = Console()
+    out = console()
     metrics = result.metrics
     table = Table(title="SkiNet run summary", show_header=True)
     table.add_column("metric")
@@ -48,22 +48,22 @@ def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
     for name in HEADLINE_METRICS:
         if name in metrics and name != monitor:
             table.add_row(name, f"{metrics[name]:.4f}")
-    console.print(table)
+    out.print(table)
     tested = MetricsKey.TEST_THRESHOLD_USED.value in metrics
-    console.print(
+    out.print(
         f"trained {result.epochs_trained} epoch(s) in {result.fit_seconds:.0f} s "
         f"({'fit and test' if tested else 'fit; no test split'}); "
         f"stopped by {STOPPED_BY[result.stopped_by]}"
     )
     # Paths print whole (no wrap, no markup): a reader copies them, and "[...]" is a name.
-    console.print(f"run folder:       {result.run_dir}", markup=False, soft_wrap=True)
-    console.print(f"best checkpoint:  {result.best_checkpoint}", markup=False, soft_wrap=True)
+    out.print(f"run folder:       {result.run_dir}", markup=False, soft_wrap=True)
+    out.print(f"best checkpoint:  {result.best_checkpoint}", markup=False, soft_wrap=True)
     if result.mlflow_run_id:
-        console.print(f"MLflow run id:    {result.mlflow_run_id}")
+        out.print(f"MLflow run id:    {result.mlflow_run_id}")
     if cfg.train.use_mlflow_logger:
         uri = resolve_tracking_uri(cfg)
         if sqlite_path(uri) is not None:
             hint = f"mlflow ui --backend-store-uri {shlex.quote(uri)}"
-            console.print(f"MLflow UI:        {hint}", markup=False, soft_wrap=True)
+            out.print(f"MLflow UI:        {hint}", markup=False, soft_wrap=True)
         else:
-            console.print(f"MLflow tracking:  {uri}", markup=False, soft_wrap=True)
+            out.print(f"MLflow tracking:  {uri}", markup=False, soft_wrap=True)

@@ -237,7 +237,7 @@ class TrainConfig(Section):
     limit_val_batches: float | int | None = None
     """Use only part of the validation set per epoch (debugging)."""
     enable_progress_bar: bool = True
-    """Show Lightning's progress bar (it draws only on a terminal)."""
+    """Show the progress bar on a terminal or in Jupyter (none in a log file); epochs from 1."""
     progress_log_interval_sec: float = Field(60.0, gt=0)
     """Off a terminal (``> train.log``, nohup, SLURM, CI) or without the progress bar: log a line
     per epoch and at least one this often while an epoch trains."""

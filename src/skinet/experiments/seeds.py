@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ class SeedsSummary:
     mean: dict[str, float]
     std: dict[str, float]
     run_ids: dict[int, str | None]
+    run_dirs: dict[int, Path] = field(default_factory=dict)
     json_path: Path | None = None
     markdown_path: Path | None = None
     summary_run_id: str | None = None
@@ -69,16 +70,18 @@ def run_seeds(
         run_training_fn = run_training
     per_seed: dict[int, dict[str, float]] = {}
     run_ids: dict[int, str | None] = {}
+    run_dirs: dict[int, Path] = {}
     for seed in seeds:
         seed_cfg = config_with_overrides(cfg, {"TRAIN_CONFIG.seed": seed}, f"seed {seed}")
         log.info("seed %d (%d of %d)", seed, len(per_seed) + 1, len(seeds))
         result = run_training_fn(seed_cfg, visualize=False)
         per_seed[seed] = dict(result.metrics)
         run_ids[seed] = result.mlflow_run_id
+        run_dirs[seed] = Path(result.run_dir)
 
     monitor = cfg.sweep.monitor
     mean, std = summarize_runs(monitor, per_seed)
-    summary = SeedsSummary(monitor, list(seeds), per_seed, mean, std, run_ids)
+    summary = SeedsSummary(monitor, list(seeds), per_seed, mean, std, run_ids, run_dirs)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(cfg.train.output_dir)
     title = f"{cfg.train.experiment_name}: {len(seeds)} seeds"
@@ -92,6 +95,7 @@ def run_seeds(
             "std": std,
             "per_seed": {str(s): m for s, m in per_seed.items()},
             "mlflow_run_ids": {str(s): r for s, r in run_ids.items()},
+            "run_dirs": {str(s): str(d) for s, d in run_dirs.items()},
         },
     )
     summary.markdown_path = out / f"seeds_summary_{stamp}.md"

@@ -58,8 +58,9 @@ def write_json(path: Path, payload: Any) -> Path:
 
 def print_table(title: str, rows: Sequence[Mapping[str, Any]]) -> None:
     """Print ``rows`` as a rich table."""
-    from rich.console import Console
     from rich.table import Table
+
+    from skinet.runtime.console import console
 
     table = Table(title=title, show_header=True)
     columns = _columns(rows)
@@ -67,7 +68,7 @@ def print_table(title: str, rows: Sequence[Mapping[str, Any]]) -> None:
         table.add_column(column, justify="left" if column in columns[:1] else "right")
     for row in rows:
         table.add_row(*(format_value(row.get(c)) for c in columns))
-    Console().print(table)
+    console().print(table)
 
 
 def summary_metric_names(monitor: str, runs: Sequence[Mapping[str, float]]) -> list[str]:

@@ -35,6 +35,7 @@ from skinet.tracking.mlflow_utils import mark_run_failed, resolve_tracking_uri
 from skinet.tracking.runs import finish_run, set_tags
 from skinet.training.callbacks.epoch_history import EpochMetricsHistory
 from skinet.training.callbacks.mlflow_artifacts import SkiNetMLFlowLogger, best_checkpoint
+from skinet.training.callbacks.progress_log import progress_bar_draws
 from skinet.training.callbacks.resume import ResumeStateCallback
 from skinet.training.callbacks.setup import last_checkpoint_path, setup_logging_and_callbacks
 from skinet.training.checkpoint_io import WholeFileCheckpointIO
@@ -110,7 +111,7 @@ def build_trainer(
         num_sanity_val_steps=train_cfg.num_sanity_val_steps,
         accumulate_grad_batches=train_cfg.accumulate_grad_batches,
         enable_checkpointing=train_cfg.use_checkpoint,
-        enable_progress_bar=train_cfg.enable_progress_bar,
+        enable_progress_bar=progress_bar_draws(train_cfg.enable_progress_bar),
         plugins=[WholeFileCheckpointIO()],  # a full disk leaves no partial checkpoint
         **optional,
     )
@@ -282,6 +283,9 @@ def fit_and_test(
         logger.keep_open = True  # FINISHED only once the test and metrics.json are done
     started = time.perf_counter()
     trainer.fit(model, loaders.train, loaders.val, ckpt_path=plan.resume_from)
+    # Before the test: it loads the best checkpoint's callback states, and early stopping's of
+    # an epoch before the stop says it has not stopped.
+    stopped_by = stop_reason(trainer)
     # The best checkpoint is read once, by the history (its epoch, its weights).
     best = history.best_checkpoint(trainer)
     best_path = best.path if best is not None else best_checkpoint(trainer)
@@ -302,7 +306,7 @@ def fit_and_test(
         mlflow_run_id=mlflow_run_id,
         fit_seconds=round(time.perf_counter() - started, 2),
         epochs_trained=trainer.current_epoch,
-        stopped_by=stop_reason(trainer),
+        stopped_by=stopped_by,
     )
     if trainer.is_global_zero:
         summary = {**asdict(result), "monitor": cfg.sweep.monitor}

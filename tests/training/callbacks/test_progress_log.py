@@ -1,9 +1,10 @@
-"""Off a terminal, training logs a line per epoch and at least one per interval."""
+"""Training progress: log lines off a terminal, and a progress bar that counts epochs like them."""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -46,28 +47,42 @@ def test_a_run_without_the_progress_bar_logs_epochs_steps_and_the_time_left(
     assert steps and steps[0].startswith("epoch 1/2 step ") and "loss " in steps[0]
 
 
-@pytest.mark.heavy
-def test_training_redirected_to_a_file_shows_epoch_lines(
-    tmp_path: Path, synthetic_root: Path
-) -> None:
+def _config_with_the_bar(tmp_path: Path, synthetic_root: Path) -> Path:
+    """The tiny config with the progress bar on, as a file."""
     raw = tiny_raw_config(tmp_path, synthetic_root)
     raw["TRAIN_CONFIG"].update(use_mlflow_logger=False, enable_progress_bar=True)
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(raw))
-    log_file = tmp_path / "train.log"
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT")}
+    return config
+
+
+def _train_in_a_process(command: list[str], log_file: Path, **env: str) -> tuple[int, str]:
+    """Run a training command line in a process of its own, its output into ``log_file`` as
+    ``> train.log 2>&1`` would write it; its exit status and that output."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT")} | env
     with log_file.open("w") as handle:
-        done = subprocess.run(
-            [sys.executable, "main_run.py", "--config", str(config), "--no-visualize"],
+        run = subprocess.run(
+            [sys.executable, *command],
             cwd=REPO,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
             env=env,
             timeout=300,
+            check=False,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
         )
-    text = log_file.read_text()
-    assert done.returncode == 0, text[-2000:]
+    return run.returncode, log_file.read_text()
+
+
+@pytest.mark.heavy
+def test_training_redirected_to_a_file_shows_epoch_lines(
+    tmp_path: Path, synthetic_root: Path
+) -> None:
+    config = _config_with_the_bar(tmp_path, synthetic_root)
+    command = ["main_run.py", "--config", str(config), "--no-visualize"]
+    code, text = _train_in_a_process(command, tmp_path / "train.log")
+    assert code == 0, text[-2000:]
     assert "epoch 1/2 done: 2 steps" in text and "epoch 2/2 done: 2 steps" in text
+    assert not re.search(r"Epoch \d+/\d+", text), "the progress bar drew into the file"
 
 
 class _TinySegmenter(L.LightningModule):
@@ -157,3 +172,22 @@ def test_an_epoch_cut_short_says_so_with_the_steps_it_ran(
     assert "val_loss " in lines[-1] and "images/s" in lines[-1]
     before = lines[:-1]
     assert all(line.startswith(f"epoch {n}/3 done: 4 steps, ") for n, line in enumerate(before, 1))
+
+
+@pytest.mark.process
+def test_the_progress_bar_counts_epochs_like_the_log_lines(
+    tmp_path: Path, synthetic_root: Path
+) -> None:
+    config = _config_with_the_bar(tmp_path, synthetic_root)
+    command = ["-m", "skinet", "train", "--config", str(config), "--no-visualize"]
+    # TTY_COMPATIBLE: rich draws as on a terminal although the output is a file.
+    code, printed = _train_in_a_process(
+        command, tmp_path / "printed.txt", TTY_COMPATIBLE="1", COLUMNS="160"
+    )
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", printed)
+    assert code == 0, text[-2000:]
+    assert "Epoch 1/2" in text and "Epoch 2/2" in text, text[-2000:]
+    assert "Epoch 0/1" not in text and "Epoch 1/1" not in text
+    # The run's card gives the command as it was typed.
+    (card,) = (tmp_path / "runs").glob("*/MODEL_CARD.md")
+    assert f"python -m skinet train --config {config} --no-visualize" in card.read_text()

@@ -17,6 +17,7 @@ __all__ = [
     "EpochMetricsHistory",
     "TrainingPlotsCallback",
     "ProgressLogCallback",
+    "EpochProgressBar",
     "WeightEMA",
     "FreezeEncoder",
     "ResumeStateCallback",
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
         SkiNetMLFlowLogger,
     )
     from skinet.training.callbacks.plots import TrainingPlotsCallback
-    from skinet.training.callbacks.progress_log import ProgressLogCallback
+    from skinet.training.callbacks.progress_log import EpochProgressBar, ProgressLogCallback
     from skinet.training.callbacks.resume import ResumeStateCallback
     from skinet.training.callbacks.setup import setup_logging_and_callbacks
     from skinet.training.callbacks.system_metrics import SystemMetricsThreadCallback
@@ -47,7 +48,7 @@ else:
             "mlflow_artifacts": ("MLflowTrainingArtifactsCallback", "SkiNetMLFlowLogger"),
             "epoch_history": ("EpochMetricsHistory",),
             "plots": ("TrainingPlotsCallback",),
-            "progress_log": ("ProgressLogCallback",),
+            "progress_log": ("ProgressLogCallback", "EpochProgressBar"),
             "ema": ("WeightEMA",),
             "freeze": ("FreezeEncoder",),
             "resume": ("ResumeStateCallback",),

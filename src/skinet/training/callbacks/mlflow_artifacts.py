@@ -202,7 +202,10 @@ def log_params_once(logger: MLFlowLogger, params: dict[str, str]) -> None:
         new.update({f"resume/{resume}/{key}": value for key, value in changed.items()})
         client.set_tag(run_id, RESUMES_TAG, str(resume))
         if changed:
-            log.info("resumed with changed parameters: %s", ", ".join(sorted(changed)))
+            log.info(
+                "resumed with changed parameters: %s",
+                ", ".join(f"{key} {logged[key]} -> {changed[key]}" for key in sorted(changed)),
+            )
     from mlflow.entities import Param
 
     batch = [Param(key, value) for key, value in new.items()]

@@ -1,25 +1,29 @@
 """Training progress as log lines, for runs that no one watches on a terminal.
 
-The rich progress bar draws only on a terminal: under ``> train.log``, ``nohup``, SLURM or CI a
-run would print its model summary and then nothing until the end. :class:`ProgressLogCallback`
+The progress bar draws only on a terminal or in Jupyter (:func:`progress_bar_draws`): under
+``> train.log``, ``nohup``, SLURM or CI a run shows no bar, and without these lines would print
+its model summary and then nothing until the end. :class:`ProgressLogCallback`
 logs one line per epoch (steps, train loss, the validation metrics, images/s and the time left
 under ``TRAIN_CONFIG.max_time``) and, while an epoch trains, a line at least every
 ``TRAIN_CONFIG.progress_log_interval_sec``. It stays quiet when the progress bar draws.
 
 An epoch cut short (``max_time`` ran out, or a stop was asked for) says so, with the steps it
 ran and its images/s over them (Lightning still validates it).
+
+Where it draws, :class:`EpochProgressBar` is Lightning's rich progress bar with the epochs
+counted the way these lines count them: ``Epoch 9/30`` is the ninth of 30, where Lightning's
+own bar says ``Epoch 8/29``.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from datetime import timedelta
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, RichProgressBar
 
 from skinet.keys import MetricsKey
 from skinet.training.callbacks.throughput import batch_size_of
@@ -41,8 +45,14 @@ def _clock(seconds: float) -> str:
     return str(timedelta(seconds=round(max(seconds, 0.0))))
 
 
-def _is_terminal() -> bool:
-    return sys.stdout.isatty()
+def progress_bar_draws(enabled: bool) -> bool:
+    """Whether a training run shows its progress bar: ``enable_progress_bar`` is on and rich
+    draws here (a terminal, Jupyter, or ``FORCE_COLOR`` / ``TTY_COMPATIBLE`` set). Elsewhere,
+    in a log file, the bar's last frames would litter the epoch lines, so there is no bar."""
+    from rich import get_console
+
+    console = get_console()
+    return enabled and (console.is_terminal or console.is_jupyter)
 
 
 class ProgressLogCallback(Callback):
@@ -50,12 +60,12 @@ class ProgressLogCallback(Callback):
 
     Args:
         interval_s: The longest silence while an epoch trains.
-        progress_bar: Whether the progress bar is on; with it on a terminal nothing is logged.
+        progress_bar: Whether the progress bar is on; where it draws nothing is logged.
     """
 
     def __init__(self, interval_s: float = 60.0, progress_bar: bool = True) -> None:
         self.interval_s = interval_s
-        self.active = not (progress_bar and _is_terminal())
+        self.active = not progress_bar_draws(progress_bar)
         self._last_line = 0.0
         self._epoch_start = 0.0
         self._train_seconds = 0.0
@@ -150,3 +160,14 @@ def _left(trainer: L.Trainer) -> str:
         return ""
     remaining = timer.time_remaining() or 0.0
     return f", {_clock(remaining)} left of max_time {_clock(timer.time_elapsed() + remaining)}"
+
+
+class EpochProgressBar(RichProgressBar):
+    """Lightning's rich progress bar, its epochs counted from 1 like SkiNet's log lines."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        description = f"Epoch {current_epoch + 1}"
+        if self.trainer.max_epochs is not None:
+            description += f"/{self.trainer.max_epochs}"
+        # As wide as the validation bar's description, like Lightning's: the bars do not flicker.
+        return f"{description:{len(self.validation_description)}}"

@@ -24,7 +24,11 @@ from skinet.training.callbacks.mlflow_artifacts import (
     SkiNetMLFlowLogger,
 )
 from skinet.training.callbacks.plots import TrainingPlotsCallback
-from skinet.training.callbacks.progress_log import ProgressLogCallback
+from skinet.training.callbacks.progress_log import (
+    EpochProgressBar,
+    ProgressLogCallback,
+    progress_bar_draws,
+)
 from skinet.training.callbacks.resume import ResumeAwareLearningRateMonitor
 from skinet.training.callbacks.stop_check import StopCheck
 from skinet.training.callbacks.system_metrics import SystemMetricsThreadCallback
@@ -58,7 +62,7 @@ def setup_logging_and_callbacks(
     Always: ``EpochMetricsHistory`` (``history``, else a new one), ``SystemMetricsThreadCallback``,
     ``ThroughputCallback``, ``ProgressLogCallback``, ``StopCheck`` and
     ``TrainingPlotsCallback`` (PNGs in ``run_dir/plots``, drawn from the history). By flag:
-    ``EarlyStopping``,
+    ``EpochProgressBar`` (``enable_progress_bar``, where it draws), ``EarlyStopping``,
     ``ModelCheckpoint`` (in ``run_dir/checkpoints``; with ``save_last`` a second one writes
     ``last.ckpt`` after every epoch), ``MLFlowLogger`` with ``MLflowTrainingArtifactsCallback``,
     ``LitLogger``, ``WeightEMA``; ``LearningRateMonitor`` whenever a logger is on.
@@ -87,6 +91,8 @@ def setup_logging_and_callbacks(
         ProgressLogCallback(train.progress_log_interval_sec, train.enable_progress_bar),
         StopCheck(),
     ]
+    if progress_bar_draws(train.enable_progress_bar):
+        callbacks.append(EpochProgressBar())
     if train.freeze_encoder_epochs:
         callbacks.append(FreezeEncoder(train.freeze_encoder_epochs))
     if train.use_ema:  # before the checkpoints: they save the average it keeps
