@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from skinet.checkpoints.model_card import MODEL_CARD_FILE
+from skinet.checkpoints.model_card import MODEL_CARD_FILE, invoked_command
 from skinet.cli.main import main
 from skinet.config.experiment import parse_config
 from skinet.datasets.locate import index_dataset
@@ -158,3 +159,18 @@ def test_a_fixed_threshold_card_has_no_legend_of_a_sweep(tiny_raw: dict[str, Any
     card = (result.run_dir / MODEL_CARD_FILE).read_text()
     assert "| val_threshold_used | 0.5000 |" in card
     assert "the previous epoch's choice" not in card
+
+
+@pytest.mark.parametrize(
+    ("argv0", "typed"),
+    [
+        ("/venv/bin/skinet", "skinet train --config 'my run.yaml'"),
+        ("/src/skinet/__main__.py", "python -m skinet train --config 'my run.yaml'"),
+        ("main_run.py", "python main_run.py train --config 'my run.yaml'"),
+    ],
+)
+def test_the_cards_command_is_one_a_user_can_type_again(
+    monkeypatch: pytest.MonkeyPatch, argv0: str, typed: str
+) -> None:
+    monkeypatch.setattr(sys, "argv", [argv0, "train", "--config", "my run.yaml"])
+    assert invoked_command() == typed

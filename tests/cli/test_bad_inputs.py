@@ -133,6 +133,18 @@ def _grey_mask(s: Setup) -> list[str]:
     return ["data", "verify", "--data-dir", str(s.data)]
 
 
+def _set_unknown_key(s: Setup) -> list[str]:
+    return ["config", "check", "--config", s.config(), "--set", "TRAIN_CONFIG.max_epoch=3"]
+
+
+def _resume_not_found(s: Setup) -> list[str]:
+    return ["train", "--config", s.config(), "--resume", str(s.tmp / "runs" / "last.ckpt")]
+
+
+def _init_from_not_found(s: Setup) -> list[str]:
+    return ["train", "--config", s.config(), "--init-from", str(s.tmp / "source.ckpt")]
+
+
 def _resume_not_checkpoint(s: Setup) -> list[str]:
     path = _text_file(s.tmp / "last.ckpt")
     return ["train", "--config", s.config(), "--resume", str(path)]
@@ -398,6 +410,11 @@ CASES: dict[str, Case] = {
     "unknown-section": Case(
         _unknown_section, 2, "TRAIN_CONFG: unknown key; did you mean TRAIN_CONFIG?"
     ),  # noqa: E501
+    "set-unknown-key": Case(
+        _set_unknown_key,
+        2,
+        "with --set TRAIN_CONFIG.max_epoch: TRAIN_CONFIG.max_epoch: unknown key; did you mean",
+    ),
     "set-bad-yaml": Case(_set_bad_yaml, 2, "the value is not valid YAML"),
     "set-below-a-value": Case(_set_below_a_value, 2, "TRAIN_CONFIG.batch_size is 4, not a section"),
     "mode-mismatch": Case(
@@ -408,6 +425,15 @@ CASES: dict[str, Case] = {
     "pairing-and-decode": Case(_pairing_and_decode, 1, "has 3 problem(s)", _no_run_folder),
     "text-as-jpg": Case(_text_as_jpg, 1, "not a JPEG file"),
     "grey-mask": Case(_grey_mask, 0, "2 of 8 mask(s) of split train have grey values"),
+    "resume-not-found": Case(
+        _resume_not_found, 2, "checkpoint to resume from not found:", _no_run_folder
+    ),
+    "init-from-not-found": Case(
+        _init_from_not_found,
+        2,
+        "TRAIN_CONFIG.init_checkpoint: checkpoint not found:",
+        _no_run_folder,
+    ),
     "resume-not-checkpoint": Case(_resume_not_checkpoint, 1, "is not a checkpoint"),
     "resume-foreign-checkpoint": Case(_resume_foreign_checkpoint, 1, "is not a SkiNet checkpoint"),
     "predict-not-checkpoint": Case(_predict_not_checkpoint, 1, "is not a checkpoint"),

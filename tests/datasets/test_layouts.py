@@ -128,3 +128,29 @@ def test_synthetic_generated_when_absent(tmp_path: Path, monkeypatch) -> None:
     root = resolve_root(cfg)
     assert root == tmp_path / "local" / "gen"
     assert len(list((root / ISIC2017_FOLDERS["train"][0]).iterdir())) == 2
+
+
+def test_synthetic_made_again_when_its_settings_change(tmp_path: Path, caplog) -> None:
+    settings = dict(dataset="synthetic", data_dir=str(tmp_path / "gen"), synthetic_num_val=1)
+    settings.update(synthetic_num_test=1, synthetic_image_size=32)
+    root = resolve_root(DataConfig(**settings, synthetic_num_train=2))
+    train_images = root / ISIC2017_FOLDERS["train"][0]
+    assert len(list(train_images.iterdir())) == 2
+    caplog.set_level("INFO")
+    assert resolve_root(DataConfig(**settings, synthetic_num_train=3)) == root
+    assert len(list(train_images.iterdir())) == 3  # not the 2 of the first settings
+    assert "made again with other settings: num_train 2 -> 3" in caplog.text
+
+
+def test_a_dataset_without_its_training_folder_names_that_folder(
+    synthetic_root: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    root = tmp_path / "isic"
+    shutil.copytree(synthetic_root, root)
+    shutil.rmtree(root / ISIC2017_FOLDERS["train"][0])
+    problems = verify_dataset(DataConfig(dataset="isic2017", data_dir=str(root)), decode=False)
+    message = " ".join(str(problem) for problem in problems)
+    assert f"no training images found: {root / ISIC2017_FOLDERS['train'][0]} is missing" in message
+    assert ISIC2017_FOLDERS["val"][0] not in message  # the folders that are there go unnamed

@@ -256,19 +256,37 @@ def _external_folder(root: Path, with_mask: int, without_mask: int = 0) -> str:
     return f"{root.name}={images}:{masks}"
 
 
+def _evaluate_external(checkpoint: Path, external: str, out: Path) -> tuple[int, dict]:
+    """``skinet evaluate`` on one ``--external`` set alone: the exit status and its summary."""
+    argv = ["evaluate", "--checkpoint", str(checkpoint), "--split", "none"]
+    argv += ["--external", external, "--device", "cpu", "--gallery", "0"]
+    code = run_cli([*argv, "--output", str(out)])
+    name = external.split("=")[0]
+    return code, json.loads((out / name / "summary.json").read_text())
+
+
 def test_external_images_without_a_mask_count_in_the_summary_and_the_exit_status(
     trained_checkpoint: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     external = _external_folder(tmp_path / "clinic", with_mask=4, without_mask=4)
-    out = tmp_path / "report"
-    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--split", "none"]
-    argv += ["--external", external, "--device", "cpu", "--gallery", "0"]
-    assert run_cli([*argv, "--output", str(out)]) == 1
-    summary = json.loads((out / "clinic" / "summary.json").read_text())
+    code, summary = _evaluate_external(trained_checkpoint, external, tmp_path / "report")
+    assert code == 1
     assert summary["num_images"] == 4 and summary["num_failed"] == 0
     assert summary["num_without_mask"] == 4
     assert sorted(summary["without_mask"]) == ["img4", "img5", "img6", "img7"]
     assert "4 of 8 image(s) have no mask" in caplog.text
+
+
+def test_a_mask_of_another_size_is_named_with_both_sizes(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    external = _external_folder(tmp_path / "clinic", with_mask=3)
+    write_mask(tmp_path / "clinic" / "masks" / "img1_mask.png", np.eye(30, 40))
+    code, summary = _evaluate_external(trained_checkpoint, external, tmp_path / "report")
+    assert code == 1
+    assert summary["num_images"] == 2 and summary["num_failed"] == 1
+    failure = "mask size 40x30 does not match image size 40x32 (img1.png)"
+    assert summary["failures"] == {"img1": failure}
 
 
 def test_evaluate_into_a_folder_used_before_clears_only_its_own_reports(

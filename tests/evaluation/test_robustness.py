@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 from tests.helpers.inference import run_cli
@@ -99,16 +100,21 @@ def test_a_bad_image_is_reported_and_the_others_scored(
 ) -> None:
     images, masks = tmp_path / "images", synthetic_root / VAL_MASKS
     shutil.copytree(synthetic_root / VAL_IMAGES, images)
-    broken = sorted(images.iterdir())[0]
+    broken, other_size = sorted(images.iterdir())[:2]
     broken.write_bytes(broken.read_bytes()[:200])  # truncated JPEG
+    pixels = cv2.imread(str(other_size))
+    assert cv2.imwrite(str(other_size), cv2.resize(pixels, (48, 40)))  # its mask stays 64x64
     out = tmp_path / "report"
     argv = ["robustness", "--checkpoint", str(trained_checkpoint), "--device", "cpu"]
     argv += ["--images", str(images), "--masks", str(masks), "--shifts", "scale,frame"]
     assert run_cli([*argv, "--output", str(out)]) == 1
     summary = json.loads((out / "robustness.json").read_text())
-    assert list(summary["failures"]) == [broken.stem]
+    assert sorted(summary["failures"]) == sorted([broken.stem, other_size.stem])
     assert "truncated" in summary["failures"][broken.stem]
-    assert summary["num_images"] == 3
+    assert summary["failures"][other_size.stem] == (
+        f"mask size 64x64 does not match image size 48x40 ({other_size.name})"
+    )
+    assert summary["num_images"] == 2
     assert list(summary["conditions"]) == ["clean", "frame_mild", "frame_strong"] + [
         "scale_mild",
         "scale_strong",

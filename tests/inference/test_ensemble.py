@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -172,3 +173,22 @@ def test_predict_logs_whether_the_threshold_was_swept_or_fixed(
     with caplog.at_level(logging.INFO):
         assert run_cli(argv) == 0
     assert expected in caplog.text
+
+
+def test_an_ensemble_of_one_config_twice_is_named(
+    trained_checkpoint: Path, second_checkpoint: Path, tmp_path: Path, caplog
+) -> None:
+    # A run made again from the same config, as runs/<name>_*/checkpoints/best-*.ckpt would
+    # match: another file, the same model.
+    again = tmp_path / "again" / "best.ckpt"
+    again.parent.mkdir()
+    shutil.copyfile(trained_checkpoint, again)
+    image = tmp_path / "in.png"
+    write_rgb(image, 40, 40)
+    argv = ["predict", "--images", str(image), "--device", "cpu", "--checkpoint"]
+    assert run_cli([*argv, str(trained_checkpoint), str(again), "-o", str(tmp_path / "a")]) == 0
+    assert f"{trained_checkpoint} and {again} were trained from the same config" in caplog.text
+    caplog.clear()
+    other = [str(trained_checkpoint), str(second_checkpoint)]  # another seed
+    assert run_cli([*argv, *other, "-o", str(tmp_path / "b")]) == 0
+    assert "trained from the same config" not in caplog.text

@@ -8,6 +8,7 @@ import pytest
 import torch
 from tests.helpers.inference import run_cli, write_rgb
 
+from skinet.config.errors import UsageError
 from skinet.inference.predictor import resolve_device
 
 
@@ -37,7 +38,7 @@ def test_resolve_device(
 @pytest.mark.parametrize("asked", ["cuda", "mps"])
 def test_missing_device_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, asked: str) -> None:
     _simulate(monkeypatch, cuda=False, mps=False)
-    with pytest.raises(ValueError, match=f"--device {asked} was requested"):
+    with pytest.raises(UsageError, match=f"--device {asked} was requested"):
         resolve_device(asked)
 
 
@@ -55,5 +56,5 @@ def test_cli_takes_device_mps(
     source = ["--images", str(image)] if command == "predict" else []
     argv = [command, "--checkpoint", str(trained_checkpoint), *source]
     code = run_cli([*argv, "--output", str(tmp_path / "out"), "--device", "mps"])
-    assert code == 1  # parsed, then refused on this machine, with the reason
+    assert code == 2  # parsed, then refused on this machine, with the reason
     assert "--device mps was requested" in caplog.text

@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 from tests.helpers.config import tiny_raw_config
+from tests.helpers.inference import rewrite_checkpoint
 
 from skinet.checkpoints.read import load_checkpoint
 from skinet.cli.main import main
@@ -57,7 +58,7 @@ def test_init_from_refuses_a_checkpoint_of_another_width_and_names_the_layer(
     assert not (tmp_path / "runs").exists()  # refused before any run folder was made
     caplog.clear()
     missing = tmp_path / "nope.ckpt"
-    assert main(["train", "--config", str(config), "--init-from", str(missing)]) == 1
+    assert main(["train", "--config", str(config), "--init-from", str(missing)]) == 2
     assert f"TRAIN_CONFIG.init_checkpoint: checkpoint not found: {missing}" in caplog.text
 
 
@@ -115,12 +116,18 @@ def test_a_guarded_fine_tune_measures_against_the_source_threshold(
     config = _fine_tune_config(
         tmp_path, synthetic_root, lr=1e-12, max_epochs=1, threshold_selection="guarded"
     )
+    # A source threshold no default could stand in for.
+    source_checkpoint = rewrite_checkpoint(
+        source_checkpoint, tmp_path / "source.ckpt", val_optimal_threshold=0.36
+    )
     assert main(["train", "--config", str(config), "--init-from", str(source_checkpoint)]) == 0
     (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir() and "clinic" in p.name]
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     source = load_checkpoint(source_checkpoint).threshold
+    assert source == pytest.approx(0.36)
     assert saved["TRAIN_CONFIG"]["threshold_reference"] == source
-    # The same weights on 4 validation images: no clear gain, so the source's threshold stays.
+    # 4 validation images, fewer than the guard needs to see a clear gain: it keeps its
+    # reference, the source's threshold.
     (tuned,) = (run_dir / "checkpoints").glob("best-*.ckpt")
     assert load_checkpoint(tuned).threshold == pytest.approx(source)
     # ... and the card, the log and predictions.json say it was kept, not chosen.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -56,14 +57,22 @@ def test_same_seed_gives_identical_metrics(tiny_raw: dict[str, Any]) -> None:
     assert model_metrics(first) == model_metrics(second)
 
 
-def test_resume_continues_from_the_checkpoint_epoch(tiny_raw: dict[str, Any]) -> None:
+def test_resume_continues_from_the_checkpoint_epoch(
+    tiny_raw: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     raw = _offline(tiny_raw, max_epochs=1, use_early_stopping=False)
     first = run_training(parse_config(raw), visualize=False)
     last = first.run_dir / "checkpoints" / "last.ckpt"
     assert last.is_file()
 
     raw["TRAIN_CONFIG"]["max_epochs"] = 3
+    caplog.set_level(logging.INFO, logger="skinet.progress")
+    caplog.clear()
     resumed = run_training(parse_config(raw), visualize=False, resume="last")
+    trained = [
+        r.getMessage().split(" done")[0] for r in caplog.records if " done: " in r.getMessage()
+    ]
+    assert trained == ["epoch 2/3", "epoch 3/3"]  # a fresh start would train epoch 1 again
     assert resumed.run_dir == first.run_dir
     assert resumed.epochs_trained == 3
     checkpoint = torch.load(last, map_location="cpu", weights_only=False)
@@ -96,7 +105,7 @@ def test_resume_past_max_epochs_is_a_clear_error(tiny_raw: dict[str, Any]) -> No
     raw["TRAIN_CONFIG"]["max_epochs"] = 2
     with pytest.raises(ResumeError, match=r"already trained 2 epoch\(s\).*max_epochs above 2"):
         train_and_evaluate(parse_config(raw), resume=first.run_dir / "checkpoints" / "last.ckpt")
-    with pytest.raises(ResumeError, match="not found"):
+    with pytest.raises(FileNotFoundError, match="resume from not found"):
         train_and_evaluate(parse_config(raw), resume=first.run_dir / "nope.ckpt")
 
 

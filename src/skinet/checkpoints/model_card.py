@@ -192,9 +192,16 @@ def _flips_lines(calibration: Mapping[str, Any]) -> list[str]:
 
 
 def invoked_command() -> str:
-    """The command line of this process, as a user would type it again."""
-    program = Path(sys.argv[0]).name if sys.argv else "skinet"
-    return shlex.join([program, *sys.argv[1:]])
+    """The command line of this process, as a user would type it again: ``skinet ...``,
+    ``python -m skinet ...`` or ``python main_run.py ...``."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "skinet"
+    if name == "__main__.py":
+        program = ["python", "-m", "skinet"]
+    elif name.endswith(".py"):
+        program = ["python", name]
+    else:
+        program = [name]
+    return shlex.join([*program, *sys.argv[1:]])
 
 
 def _figure(value: float | None) -> str:

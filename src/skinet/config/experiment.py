@@ -216,7 +216,8 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
         )
     for dotted, value in (overrides or {}).items():
         apply_override(raw, dotted, value)
-    return parse_config(raw, str(path))
+    source = f"{path} with --set {', '.join(overrides)}" if overrides else str(path)
+    return parse_config(raw, source)
 
 
 def apply_override(raw: dict[str, Any], dotted: str, value: Any) -> None:

@@ -132,8 +132,8 @@ def _read_official(
         index.splits[split] = samples
         index.problems += problems
     if "train" not in index.splits:
-        expected = ", ".join(str(root / names[0]) for names in folders.values())
-        index.problems.append(Problem(root, f"no training images found (looked for {expected})"))
+        expected = root / folders["train"][0]
+        index.problems.append(Problem(root, f"no training images found: {expected} is missing"))
     return index
 
 

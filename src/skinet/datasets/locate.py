@@ -59,7 +59,8 @@ def resolve_data_root(
 
 
 def resolve_root(cfg: ExperimentConfig | DataConfig, *, generate: bool = True) -> Path:
-    """The dataset folder of ``DATA_CONFIG``, generating the synthetic set when it is absent.
+    """The dataset folder of ``DATA_CONFIG``, generating the synthetic set when it is absent or
+    was made with other ``synthetic_*`` settings (or split seed).
 
     ``data_dir`` absolute is used as is; relative, it is looked for under
     ``azure_blob_mount_point``, then ``local_data_root``, then the current directory.
@@ -70,14 +71,18 @@ def resolve_root(cfg: ExperimentConfig | DataConfig, *, generate: bool = True) -
         return resolve_data_root(data_dir, data.azure_blob_mount_point, data.local_data_root)
     candidates = candidate_roots(data_dir, data.azure_blob_mount_point, data.local_data_root)
     root = next((c for c in candidates if is_complete(c)), None)
-    if root is not None:
+    if root is not None and not generate:
         return root
-    # Generate where a user would look first among the writable places: the local root (or the
-    # path itself when absolute), else the current directory.
-    root = candidates[1] if data.azure_blob_mount_point and len(candidates) > 1 else candidates[0]
-    if not generate:
-        raise DatasetError(f"synthetic dataset not generated yet at {root}")
-    logger.info("generating synthetic dataset in %s", root)
+    if root is None:
+        # Generate where a user would look first among the writable places: the local root (or
+        # the path itself when absolute), else the current directory.
+        root = (
+            candidates[1] if data.azure_blob_mount_point and len(candidates) > 1 else candidates[0]
+        )
+        if not generate:
+            raise DatasetError(f"synthetic dataset not generated yet at {root}")
+        logger.info("generating synthetic dataset in %s", root)
+    # An existing set made with other DATA_CONFIG.synthetic_* settings is made again.
     return make_synthetic_dataset(
         root,
         num_train=data.synthetic_num_train,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -19,6 +20,8 @@ import cv2
 import numpy as np
 
 from skinet.datasets.layouts import ISIC2017_FOLDERS
+
+logger = logging.getLogger(__name__)
 
 COMPLETE_MARKER = ".skinet_synthetic_complete.json"
 """Written last; a folder without it is treated as absent (an interrupted generation)."""
@@ -79,8 +82,14 @@ def make_synthetic_dataset(
     }
     with _lock(root):
         marker = root / COMPLETE_MARKER
-        if marker.is_file() and json.loads(marker.read_text()) == params:
+        made = json.loads(marker.read_text()) if marker.is_file() else None
+        if made == params:
             return root
+        if made is not None:
+            changed = ", ".join(
+                f"{k} {made.get(k)} -> {v}" for k, v in params.items() if made.get(k) != v
+            )
+            logger.info("synthetic dataset in %s made again with other settings: %s", root, changed)
         marker.unlink(missing_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".synthetic-tmp-", dir=root))
         try:

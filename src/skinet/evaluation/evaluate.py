@@ -24,7 +24,7 @@ from skinet.datasets.locate import select_samples as select_samples  # scripts t
 from skinet.evaluation.figures import plot_jaccard_histogram as draw_jaccard_histogram
 from skinet.evaluation.figures import save_figure
 from skinet.evaluation.gallery import GALLERY_FILE, FailureGallery
-from skinet.imaging.decode import DecodeError, read_image, read_mask
+from skinet.imaging.decode import DecodeError, read_image, read_mask, size_mismatch
 from skinet.inference.predictor import Predictor
 from skinet.metrics.masks import (
     ISIC2018_JACCARD_CUTOFF,
@@ -176,7 +176,7 @@ def read_labelled(sample: Sample) -> tuple[np.ndarray, np.ndarray]:
     except (DecodeError, OSError) as error:
         raise UnscorableImage(f"{sample.image_path.name}: {error}") from None
     if image.shape[:2] != target.shape:
-        raise UnscorableImage(f"image {image.shape[:2]} and mask {target.shape} differ")
+        raise UnscorableImage(size_mismatch(target.shape, image.shape, sample.image_path))
     return image, target
 
 

@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from skinet.datasets.layouts import Sample
+from skinet.evaluation.evaluate import read_labelled
 from skinet.evaluation.shifts import SHIFTS, Shift, apply_shift, shift_rng
-from skinet.imaging.decode import DecodeError, read_image, read_mask
+from skinet.imaging.decode import DecodeError
 from skinet.inference.predictor import Predictor
 from skinet.metrics.masks import MaskMetrics, compute_mask_metrics, summarize_metrics
 
@@ -143,9 +144,7 @@ def evaluate_under_shifts(
 def _score_sample(
     predictor: Predictor, sample: Sample, result: RobustnessResult, input_size: int
 ) -> None:
-    image, mask = read_image(sample.image_path), read_mask(sample.mask_path)
-    if image.shape[:2] != mask.shape:
-        raise ValueError(f"image {image.shape[:2]} and mask {mask.shape} differ")
+    image, mask = read_labelled(sample)
     conditions: list[Shift | None] = [None, *result.shifts]
     scores: dict[str, MaskMetrics] = {}
     # A batch of conditions at a time: the shifted copies of a large image (a frame at 0.5 has
@@ -257,8 +256,9 @@ def _level_patches() -> list[Any]:
 
 def print_robustness_table(result: RobustnessResult) -> None:
     """The per-condition table and the mean over shifts, on the console."""
-    from rich.console import Console
     from rich.table import Table
+
+    from skinet.runtime.console import console
 
     summary = result.summary
     table = Table(title=f"Jaccard under device shifts ({summary['num_images']} images)")
@@ -285,4 +285,4 @@ def print_robustness_table(result: RobustnessResult) -> None:
             style="bold",
         )
     table.caption = "area ratio: median predicted / true lesion area (> 1: contour drawn too large)"
-    Console().print(table)
+    console().print(table)

@@ -38,6 +38,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from skinet.config.errors import UsageError
 from skinet.config.experiment import ExperimentConfig
 from skinet.experiments import mlflow_parent
 from skinet.experiments.grid import (
@@ -99,7 +100,7 @@ def _check_tracking_uri(study: optuna.Study, worker_uri: str | None) -> None:
     recorded = study.user_attrs.get(TRACKING_URI_ATTR)
     if recorded is None or worker_uri is None or recorded == worker_uri:
         return
-    raise ValueError(
+    raise UsageError(
         f"study {study.study_name!r} logs to the MLflow tracking store {recorded} (its parent "
         f"run lives there), but this worker would log to {worker_uri}. Every worker of a study "
         f"must log to the same tracking server: set TRAIN_CONFIG.mlflow_config.tracking_uri "
@@ -137,7 +138,7 @@ def open_study(
         created = False
 
     if study.direction.name.lower() != cfg.sweep.direction:
-        raise ValueError(
+        raise UsageError(
             f"study {study_name!r} was created to {study.direction.name.lower()} but "
             f"SWEEP_CONFIG.direction is {cfg.sweep.direction!r}; use another --study-name"
         )
@@ -157,7 +158,7 @@ def open_study(
     attrs = _wait_for_grid(study, ready_timeout_s)
     stored_space = attrs.get(SEARCH_SPACE_ATTR)
     if stored_space is not None and stored_space != search_space:
-        raise ValueError(
+        raise UsageError(
             f"study {study_name!r} was created with the grid {stored_space}, not {search_space}; "
             "resume with the same SWEEP_CONFIG or choose another --study-name"
         )
@@ -283,13 +284,13 @@ def run_sweep(
 
     Raises:
         ConfigError: A grid point does not make a valid run config (before anything trains).
-        ValueError: The study holds another grid or direction, or logs to another MLflow store.
+        UsageError: The study holds another grid or direction, or logs to another MLflow store.
     """
     search_space = build_search_space(cfg.sweep)
     points = grid_points(search_space)
     if n_trials is not None:
         if n_trials <= 0:
-            raise ValueError(f"--trials must be positive, got {n_trials}")
+            raise UsageError(f"--trials must be positive, got {n_trials}")
         points = points[:n_trials]
     storage_url = storage_url or default_storage_url(cfg)
     study_name = study_name or default_study_name(cfg)

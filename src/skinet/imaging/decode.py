@@ -262,8 +262,7 @@ def load_pair(
         return [
             Problem(
                 mask_path,
-                f"mask size {mask.shape[1]}x{mask.shape[0]} does not match image size "
-                f"{size[1]}x{size[0]} ({image_path.name})",
+                size_mismatch(mask.shape, size, image_path),
                 split,
             )
         ]
@@ -282,3 +281,11 @@ def load_pair_or_raise(
     if isinstance(result, list):
         raise DatasetError(result)
     return result
+
+
+def size_mismatch(mask_shape: tuple[int, ...], image_shape: tuple[int, ...], image: Path) -> str:
+    """How a mask of another size than its image is reported, width x height, everywhere."""
+    return (
+        f"mask size {mask_shape[1]}x{mask_shape[0]} does not match image size "
+        f"{image_shape[1]}x{image_shape[0]} ({image.name})"
+    )

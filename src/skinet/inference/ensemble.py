@@ -12,6 +12,7 @@ and with ``skinet cv --tune-tta`` whether to predict with flips.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from skinet.imaging.preprocess import build_preprocessing
 from skinet.inference.predictor import Predictor
 from skinet.inference.tta import predict_probs
 from skinet.models.unet2d import UNet2D
+
+log = logging.getLogger(__name__)
 
 
 class EnsembleError(UsageError):
@@ -106,6 +109,25 @@ def _preprocessing_signature(config: ExperimentConfig) -> dict[str, Any]:
         "DATA_CONFIG.mean": list(data.mean),
         "DATA_CONFIG.std": list(data.std),
     }
+
+
+def warn_same_config(checkpoints: Sequence[SkinetCheckpoint]) -> None:
+    """Warn when two members were trained from the same resolved config (recipe, seed, split,
+    output folder): the same model twice, most often a shell pattern such as
+    ``runs/<name>_*/checkpoints/best-*.ckpt`` that matched a run made again."""
+    seen: dict[str, Path] = {}
+    for checkpoint in checkpoints:
+        key = json.dumps(checkpoint.config.to_yaml_dict(), sort_keys=True, default=str)
+        if key in seen:
+            log.warning(
+                "%s and %s were trained from the same config (recipe, seed and split): an "
+                "ensemble of the same model twice adds nothing. If a shell pattern matched more "
+                "runs than you meant, give the one checkpoint",
+                seen[key],
+                checkpoint.path,
+            )
+            return
+        seen[key] = checkpoint.path
 
 
 def check_compatible(checkpoints: Sequence[SkinetCheckpoint]) -> None:
@@ -191,6 +213,7 @@ class EnsemblePredictor(Predictor):
         cv folder that chose no flips, the one chosen with them (:func:`for_flips`)."""
         checkpoints = [load_checkpoint(p) for p in resolve_checkpoints(paths)]
         check_compatible(checkpoints)
+        warn_same_config(checkpoints)
         thresholds = [c.threshold_choice for c in checkpoints]
         recorded = ensemble_threshold(paths, checkpoints, flips=bool(kwargs.get("tta")))
         if kwargs.get("tta") is None:

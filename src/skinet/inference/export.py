@@ -119,19 +119,27 @@ def export_onnx(model: nn.Module, example: Tensor, output: Path, opset: int) -> 
     # UNet2D's padding branch is resolved symbolically instead of specialised to one size.
     height = multiple * torch.export.Dim("height_blocks", min=1, max=8192 // multiple)
     width = multiple * torch.export.Dim("width_blocks", min=1, max=8192 // multiple)
+    # The exporter logs a warning per torchvision operator it skips when torchvision is not
+    # installed: UNet2D uses none of them.
+    registry = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registry.level
+    registry.setLevel(logging.ERROR)
     with redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(
-            model,
-            (example,),
-            dynamic_shapes={INPUT_NAME: {0: batch, 2: height, 3: width}},
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            opset_version=opset,
-            dynamo=True,
-            external_data=False,
-            verbose=False,
-        )
+        try:
+            program = torch.onnx.export(
+                model,
+                (example,),
+                dynamic_shapes={INPUT_NAME: {0: batch, 2: height, 3: width}},
+                input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME],
+                opset_version=opset,
+                dynamo=True,
+                external_data=False,
+                verbose=False,
+            )
+        finally:
+            registry.setLevel(level)
     if program is None:
         raise ExportError("torch.onnx.export returned no program")
     program.save(str(output), external_data=False)

@@ -11,6 +11,7 @@ import torch
 
 from skinet.checkpoints.read import build_model, load_checkpoint
 from skinet.checkpoints.threshold import DEFAULT_THRESHOLD, Threshold, for_flips
+from skinet.config.errors import UsageError
 from skinet.config.experiment import ExperimentConfig
 from skinet.imaging.normalize import Normalizer, build_normalizer
 from skinet.imaging.preprocess import (
@@ -30,7 +31,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """``auto`` -> ``cuda`` when available, else ``mps`` (Apple silicon), else ``cpu``.
 
     Raises:
-        ValueError: ``cuda`` or ``mps`` was asked for on a machine without it.
+        UsageError: ``cuda`` or ``mps`` was asked for on a machine without it.
     """
     if str(device) == "auto":
         if cuda_available():
@@ -38,9 +39,9 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         return torch.device("mps" if mps_available() else "cpu")
     resolved = torch.device(device)
     if resolved.type == "cuda" and not cuda_available():
-        raise ValueError("--device cuda was requested but CUDA is not available here")
+        raise UsageError("--device cuda was requested but CUDA is not available here")
     if resolved.type == "mps" and not mps_available():
-        raise ValueError(
+        raise UsageError(
             "--device mps was requested but this machine has no Apple MPS backend "
             "(torch.backends.mps.is_available() is False)"
         )

@@ -99,14 +99,17 @@ def read_init_source(cfg: ExperimentConfig) -> tuple[ExperimentConfig, InitSourc
     Returns ``(cfg, None)`` when ``TRAIN_CONFIG.init_checkpoint`` is not set.
 
     Raises:
-        InitCheckpointError: The checkpoint is missing or not a SkiNet checkpoint.
+        FileNotFoundError: The checkpoint does not exist.
+        InitCheckpointError: The file is not a SkiNet checkpoint.
     """
     path = cfg.train.init_checkpoint
     if path is None:
         return cfg, None
     try:
         source = load_checkpoint(path)
-    except (FileNotFoundError, CheckpointError) as error:
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"TRAIN_CONFIG.init_checkpoint: {error}") from None
+    except CheckpointError as error:
         raise InitCheckpointError(f"TRAIN_CONFIG.init_checkpoint: {error}") from None
     merged = _inherit(cfg, source.config, str(path))
     merged.train.init_checkpoint = str(Path(path).resolve())  # valid from any folder

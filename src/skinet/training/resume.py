@@ -145,14 +145,15 @@ def _experiment_of(run_dir: Path) -> str | None:
 
 
 def check_resume(checkpoint_path: Path, max_epochs: int, run_dir: Path) -> dict[str, Any]:
-    """The checkpoint's contents, or a ResumeError when it is unreadable or its run is complete.
+    """The checkpoint's contents; FileNotFoundError when it does not exist, a ResumeError when
+    it is unreadable or its run is complete.
 
     A checkpoint whose training already reached ``max_epochs`` is accepted while its run has no
     ``metrics.json`` (killed between the last epoch and the end of the test): resuming it runs
     the test and completes the run.
     """
     if not checkpoint_path.is_file():
-        raise ResumeError(f"checkpoint to resume from not found: {checkpoint_path}")
+        raise FileNotFoundError(f"checkpoint to resume from not found: {checkpoint_path}")
     try:
         checkpoint = read_checkpoint_file(checkpoint_path)
     except CheckpointError as error:
