@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import cv2
 import numpy as np
 from tests.helpers.inference import run_cli, write_rgb
+
+from skinet.inference.postprocess import fill_holes, keep_largest_component
 
 SIZES = {"wide": (50, 70), "square": (64, 64), "odd": (33, 97)}
 
@@ -56,6 +59,9 @@ def test_corrupt_file_is_reported_and_the_rest_written(
     assert not (out / "broken_mask.png").exists()
     assert np.load(out / "odd_proba.npy").shape == SIZES["odd"]
     assert "broken.jpg" in caplog.text and "1 of 4 images failed" in caplog.text
+    # The run went through every image: complete, with the one it could not read listed.
+    record = json.loads((out / "predictions.json").read_text())
+    assert record["complete"] is True and list(record["failures"]) == ["broken.jpg"]
 
 
 def test_single_file_and_missing_input(trained_checkpoint: Path, tmp_path: Path) -> None:
@@ -114,3 +120,31 @@ def test_a_file_that_is_not_an_image_is_refused_without_an_output_folder(
     assert run_cli([*argv, "--output", str(out)]) == 2
     assert f"{notes} is not an image" in caplog.text
     assert not out.exists()
+
+
+def test_keep_largest_and_fill_holes_change_the_masks_predict_writes(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "noise"
+    folder.mkdir()
+    for seed in range(3):  # noise: the masks break into many pieces with holes
+        write_rgb(folder / f"noise{seed}.png", 96, 96, seed=seed)
+    base = ["predict", "--checkpoint", str(trained_checkpoint), "--images", str(folder)]
+    base += ["--device", "cpu", "--save-proba", "npy"]
+    assert run_cli([*base, "--output", str(tmp_path / "first")]) == 0
+    probs = {p.name[: -len("_proba.npy")]: np.load(p) for p in (tmp_path / "first").glob("*.npy")}
+    threshold = round(float(np.median(np.concatenate([p.ravel() for p in probs.values()]))), 3)
+    base += ["--threshold", str(threshold)]
+    for name, flags, step in [
+        ("largest", ["--keep-largest"], keep_largest_component),
+        ("filled", ["--fill-holes"], fill_holes),
+    ]:
+        out = tmp_path / name
+        assert run_cli([*base, "--output", str(out), *flags]) == 0
+        changed = 0
+        for stem, proba in probs.items():
+            plain = (proba >= threshold).astype(np.uint8)
+            mask = cv2.imread(str(out / f"{stem}_mask.png"), cv2.IMREAD_UNCHANGED) // 255
+            np.testing.assert_array_equal(mask, step(plain), err_msg=f"{name}: {stem}")
+            changed += int((mask != plain).any())
+        assert changed, f"{name}: no mask needed it, so the test proves nothing"

@@ -9,6 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+import torch
 from tests.helpers.inference import another_source_model, rewrite_checkpoint
 
 from skinet.checkpoints.read import load_checkpoint
@@ -134,13 +135,22 @@ def test_figures_in_the_table_show_their_sign(value: float, shown: str) -> None:
 
 
 def test_checkpoints_and_seeds_on_a_split(trained_checkpoint: Path, tmp_path: Path) -> None:
+    # Another model: the same weights with the last layer's bias lowered (smaller masks).
+    checkpoint = torch.load(trained_checkpoint, map_location="cpu", weights_only=True)
+    bias = [name for name in checkpoint["state_dict"] if name.endswith("bias")][-1]
+    checkpoint["state_dict"][bias] = checkpoint["state_dict"][bias] - 1.0
+    other = tmp_path / "other.ckpt"
+    torch.save(checkpoint, other)
     output = tmp_path / "out"
-    pair = f"{trained_checkpoint},{trained_checkpoint}"
-    assert main(["compare", f"one={trained_checkpoint}", f"two={pair}", "--split", "test",
-                 "-o", str(output), "--draws", "200"]) == 0  # fmt: skip
+    pair = f"{trained_checkpoint},{other}"
+    assert main(["compare", f"one={trained_checkpoint}", f"other={other}", f"two={pair}",
+                 "--split", "test", "-o", str(output), "--draws", "200"]) == 0  # fmt: skip
     rows = _rows(output)
-    assert rows["two"]["runs"] == 2 and rows["two"]["images"] >= 1
-    assert rows["two"]["difference"] == 0.0 and rows["two"]["verdict"] == "no difference"
+    assert rows["other"]["difference"] != 0.0, "the two models agree: the test proves nothing"
+    # Two runs of a model: their mean per image, so halfway between the two models.
+    assert rows["two"]["runs"] == 2 and rows["two"]["images"] == rows["one"]["images"] >= 1
+    assert rows["two"]["mean"] == pytest.approx((rows["one"]["mean"] + rows["other"]["mean"]) / 2)
+    assert rows["two"]["difference"] == pytest.approx(rows["other"]["difference"] / 2)
 
 
 def test_seeds_widen_the_interval() -> None:

@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
 import yaml
 from tests.helpers.inference import rewrite_checkpoint
 
@@ -20,7 +22,7 @@ from skinet.checkpoints.read import load_checkpoint
 from skinet.checkpoints.threshold import ENSEMBLE_THRESHOLD
 from skinet.cli.main import main
 from skinet.config.errors import UsageError
-from skinet.config.experiment import parse_config
+from skinet.config.experiment import ExperimentConfig, parse_config
 from skinet.datasets.locate import index_dataset
 from skinet.datasets.splits import read_split_file
 from skinet.evaluation.evaluate import read_labelled
@@ -168,12 +170,29 @@ def test_a_fold_file_without_its_config_is_compared_by_the_whole_config_hash(
         _check_same_config({"config_sha256": "0" * 64}, cfg, result_path)
 
 
+def _out_of_fold_maps(
+    cfg: ExperimentConfig, cv_dir: Path, folds: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each image's probabilities from the fold model that did not train on it, with its mask."""
+    _, splits = index_dataset(cfg)
+    by_id = {s.id: s for name in ("train", "val") for s in splits[name]}
+    maps = []
+    for fold in range(1, folds + 1):
+        result = json.loads((cv_dir / "results" / f"fold_{fold}.json").read_text())
+        predictor = Predictor.from_checkpoint(result["best_checkpoint"], device="cpu")
+        chunk = read_split_file(cv_dir / "splits" / f"fold_{fold}.csv")
+        pairs = [read_labelled(by_id[i]) for i, split in chunk.items() if split == "val"]
+        probs = predictor.predict_proba_batch([image for image, _ in pairs])
+        maps += [(p, mask) for p, (_, mask) in zip(probs, pairs, strict=True)]
+    return maps
+
+
 def test_cv_fine_tunes_every_fold_from_init_from(
     tiny_raw: dict[str, Any], tmp_path: Path, trained_checkpoint: Path
 ) -> None:
     """``skinet cv --init-from``: k-fold fine-tuning on a clinic's images, as ``train`` takes it."""
     tiny_raw["TRAIN_CONFIG"].update(
-        max_epochs=1, use_mlflow_logger=False, threshold_selection="guarded"
+        max_epochs=1, use_mlflow_logger=False, threshold_selection="guarded", lr=1e-12
     )
     config = tmp_path / "cv.yaml"
     config.write_text(yaml.safe_dump(tiny_raw))
@@ -192,13 +211,23 @@ def test_cv_fine_tunes_every_fold_from_init_from(
         assert lineage["sha256"] == file_sha256(trained_checkpoint)
         run_config = yaml.safe_load((run_dir / "config.yaml").read_text())
         assert run_config["TRAIN_CONFIG"]["init_checkpoint"] == str(trained_checkpoint)
+        # lr 1e-12: a fold's weights are still the source's, so it started from them (batch
+        # norm's running statistics move without the learning rate).
+        before = load_checkpoint(trained_checkpoint).state_dict
+        after = load_checkpoint(result["best_checkpoint"]).state_dict
+        for name, weight in before.items():
+            if "running_" not in name and "num_batches" not in name:
+                torch.testing.assert_close(after[name], weight, rtol=0, atol=1e-6)
     # The ensemble's threshold keeps the source model's unless the out-of-fold images show a
-    # clear gain, as each fold's sweep does.
+    # clear gain, as each fold's sweep does: the guarded rule, measured against the source's.
     chosen = json.loads((cv_dir / "cv_results.json").read_text())[ENSEMBLE_THRESHOLD]
     source = load_checkpoint(trained_checkpoint).threshold
     assert source == pytest.approx(0.36)
     assert chosen["selection"] == "guarded"
     assert chosen["source_threshold"] == pytest.approx(source, abs=1e-6)
+    maps = _out_of_fold_maps(parse_config(tiny_raw), cv_dir, 2)
+    expected = tune_on_maps(maps, "guarded", reference=source).threshold
+    assert chosen["value"] == pytest.approx(expected, abs=1e-6)
 
 
 def test_the_folds_ensemble_predicts_at_the_threshold_chosen_out_of_fold(
@@ -217,17 +246,9 @@ def test_the_folds_ensemble_predicts_at_the_threshold_chosen_out_of_fold(
     assert chosen["num_images"] == 12 and chosen["selection"] == "pooled_dice"
 
     # The same choice, made here from each fold's model on the chunk it did not train on.
-    _, splits = index_dataset(cfg)
-    by_id = {s.id: s for name in ("train", "val") for s in splits[name]}
-    maps = []
-    for fold in (1, 2):
-        result = json.loads((cv_dir / "results" / f"fold_{fold}.json").read_text())
-        predictor = Predictor.from_checkpoint(result["best_checkpoint"], device="cpu")
-        chunk = read_split_file(cv_dir / "splits" / f"fold_{fold}.csv")
-        pairs = [read_labelled(by_id[i]) for i, split in chunk.items() if split == "val"]
-        probs = predictor.predict_proba_batch([image for image, _ in pairs])
-        maps += [(p, mask) for p, (_, mask) in zip(probs, pairs, strict=True)]
+    maps = _out_of_fold_maps(cfg, cv_dir, 2)
     assert chosen["value"] == pytest.approx(tune_on_maps(maps).threshold, abs=1e-6)
+    _, splits = index_dataset(cfg)
 
     ensemble = build_predictor([cv_dir], device="cpu")
     assert ensemble.threshold_choice.source == "out-of-fold"
