@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -174,3 +176,28 @@ def test_the_cards_command_is_one_a_user_can_type_again(
 ) -> None:
     monkeypatch.setattr(sys, "argv", [argv0, "train", "--config", "my run.yaml"])
     assert invoked_command() == typed
+
+
+def test_the_cards_reproduce_command_trains_the_same_run_again(
+    tiny_raw: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiny_raw["TRAIN_CONFIG"].update({"max_epochs": 1, "use_mlflow_logger": False})
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(tiny_raw))
+    monkeypatch.chdir(tmp_path)
+    # A seed given by --set: the card's command must carry it without the --set.
+    typed = ["skinet", "train", "--config", "c.yaml", "--set", "TRAIN_CONFIG.seed=7"]
+    monkeypatch.setattr(sys, "argv", typed)
+    assert main(typed[1:]) == 0
+    (first,) = (tmp_path / "runs").glob("*/MODEL_CARD.md")
+    card = first.read_text()
+    assert f"From `{tmp_path}`" in card
+    assert f"Made by `{shlex.join(typed)}`." in card
+    command = card.split("## How to reproduce")[1].split("```bash\n")[1].split("\n```")[0]
+    assert command == f"skinet train --config runs/{first.parent.name}/config.yaml"
+    assert main(shlex.split(command)[1:]) == 0
+    again = [p for p in (tmp_path / "runs").glob("*/metrics.json") if p.parent != first.parent]
+    metrics = [
+        json.loads(p.read_text())["metrics"] for p in (first.parent / "metrics.json", *again)
+    ]
+    assert len(metrics) == 2 and metrics[0]["test_dice"] == metrics[1]["test_dice"]
+    assert "_seed7_" in again[0].parent.name

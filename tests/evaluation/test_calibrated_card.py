@@ -73,7 +73,7 @@ def test_a_calibrated_card_names_its_own_file_and_the_source_run_folder(
     assert checkpoint == f"- Checkpoint: `{output.resolve()}` (calibrated)"
     [split] = _lines(card, "splits.csv")
     assert f"in the source run folder `{run}`" in split
-    [config] = _lines(card, "config.yaml")
+    [config] = _lines(card, "with this config")
     assert f"in the source run folder `{run}`" in config
     # Calibrated again, from the copy: still the first run's folder, the new file's name.
     again = _calibrate(output, tmp_path / "again.ckpt", 0.2).read_text()

@@ -36,6 +36,8 @@ def test_figures_from_arrays(tmp_path: Path) -> None:
     curves = plot_learning_curves(history, best_epoch=1, learning_rates={0: 1e-3, 1: 1e-5})
     assert curves is not None and len(curves.axes) == 4
     assert curves.axes[3].get_yscale() == "log"
+    # The epochs as Lightning counts them in the checkpoint names, and said so.
+    assert curves.axes[0].get_xlabel() == "epoch (0-based, as in best-epoch=NNN.ckpt)"
     assert plot_learning_curves({}) is None
 
     probs = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(0))

@@ -47,6 +47,10 @@ class CardInputs:
     threshold: Threshold | None = None
     """The threshold the model predicts with; ``None``: the one the training run chose
     (``test_threshold_used`` in ``metrics``)."""
+    reproduce: str | None = None
+    """The command that trains the run again from its own ``config.yaml``."""
+    workdir: str | None = None
+    """The folder the run was trained in: its config's relative paths start there."""
 
 
 CALIBRATION_HEADING = "## Calibration"
@@ -348,15 +352,21 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         "",
         "## How to reproduce",
         "",
+        *(
+            [f"From `{inputs.workdir}`, where the config's relative paths start:", ""]
+            if inputs.workdir
+            else []
+        ),
         "```bash",
-        inputs.command or "skinet train --config config.yaml",
+        inputs.reproduce or "skinet train --config config.yaml",
         "```",
         "",
-        f"with this config (`config.yaml` {_BESIDE}):",
+        f"with this config (`config.yaml` {_BESIDE}; its seed and every `--set` are in it):",
         "",
         "```yaml",
         yaml.safe_dump(cfg.to_yaml_dict(), sort_keys=False).rstrip(),
         "```",
         "",
+        *([f"Made by `{inputs.command}`.", ""] if inputs.command else []),
     ]
     return "\n".join(lines)

@@ -84,7 +84,7 @@ def plot_learning_curves(
     for ax in axes:
         if best_epoch is not None:
             ax.axvline(best_epoch, color="tab:red", ls="--", lw=1.2, label=best_label)
-        ax.set_xlabel("epoch")
+        ax.set_xlabel("epoch (0-based, as in best-epoch=NNN.ckpt)")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
         if ax.lines:

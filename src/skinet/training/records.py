@@ -3,7 +3,9 @@ MLflow run: the split file and the model card."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +60,8 @@ def write_run_records(
         command=invoked_command(),
         checkpoint=str(result.best_checkpoint) if result.best_checkpoint else None,
         init_from=init_from,
+        reproduce=reproduce_command(result.run_dir),
+        workdir=str(Path.cwd()),
     )
     card_path = result.run_dir / MODEL_CARD_FILE
     card_path.write_text(build_model_card(cfg, inputs))
@@ -66,6 +70,15 @@ def write_run_records(
         for path in (split_path, card_path):
             tracking_runs.log_artifact(uri, result.mlflow_run_id, path)
     return card_path
+
+
+def reproduce_command(run_dir: Path) -> str:
+    """``skinet train --config runs/<run>/config.yaml``: the run again from its own config (its
+    seed and every ``--set``), typed from the folder it was trained in."""
+    config = Path(run_dir) / CONFIG_FILE
+    with contextlib.suppress(ValueError):
+        config = config.resolve().relative_to(Path.cwd().resolve())
+    return shlex.join(["skinet", "train", "--config", str(config)])
 
 
 StopReason = Literal["max_time", "early_stopping", "max_epochs", "other"]

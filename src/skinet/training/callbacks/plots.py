@@ -144,7 +144,7 @@ class TrainingPlotsCallback(Callback):
             self.history.curves(),
             best_epoch=self.reported_epoch if self.from_checkpoint else None,
             learning_rates=self.history.learning_rates,
-            best_label=f"best checkpoint (epoch {self.reported_epoch})",
+            best_label=f"best checkpoint (epoch {self.reported_epoch}, 0-based)",
         )
 
     def plot_threshold_curve(self) -> Figure | None:
