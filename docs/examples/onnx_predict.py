@@ -113,7 +113,8 @@ def main() -> None:
     if bgr is None:
         raise SystemExit(f"cannot read {args.image}")
     probs, threshold = predict_proba(args.model, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
-    cv2.imwrite(str(args.mask), (probs >= threshold).astype(np.uint8) * 255)
+    if not cv2.imwrite(str(args.mask), (probs >= threshold).astype(np.uint8) * 255):
+        raise SystemExit(f"cannot write {args.mask}: does its folder exist?")
     if args.proba is not None:
         np.save(args.proba, probs.astype(np.float32))
 

@@ -137,12 +137,24 @@ def _set_unknown_key(s: Setup) -> list[str]:
     return ["config", "check", "--config", s.config(), "--set", "TRAIN_CONFIG.max_epoch=3"]
 
 
+def _image_size_too_small(s: Setup) -> list[str]:
+    depth = ["--set", "MODEL_CONFIG.number_of_layers=7"]
+    return ["config", "check", "--config", s.config(), *depth, "--set", "DATA_CONFIG.image_size=32"]
+
+
 def _resume_not_found(s: Setup) -> list[str]:
     return ["train", "--config", s.config(), "--resume", str(s.tmp / "runs" / "last.ckpt")]
 
 
 def _init_from_not_found(s: Setup) -> list[str]:
     return ["train", "--config", s.config(), "--init-from", str(s.tmp / "source.ckpt")]
+
+
+def _empty_masks(s: Setup) -> list[str]:
+    for mask in _train_masks(s.data):
+        size = cv2.imread(str(mask), cv2.IMREAD_GRAYSCALE).shape
+        assert cv2.imwrite(str(mask), np.zeros(size, np.uint8))
+    return ["data", "verify", "--data-dir", str(s.data)]
 
 
 def _resume_not_checkpoint(s: Setup) -> list[str]:
@@ -415,6 +427,11 @@ CASES: dict[str, Case] = {
         2,
         "with --set TRAIN_CONFIG.max_epoch: TRAIN_CONFIG.max_epoch: unknown key; did you mean",
     ),
+    "image-size-too-small": Case(
+        _image_size_too_small,
+        2,
+        "DATA_CONFIG.image_size 32 is too small for MODEL_CONFIG.number_of_layers 7 with stride 2",
+    ),
     "set-bad-yaml": Case(_set_bad_yaml, 2, "the value is not valid YAML"),
     "set-below-a-value": Case(_set_below_a_value, 2, "TRAIN_CONFIG.batch_size is 4, not a section"),
     "mode-mismatch": Case(
@@ -425,6 +442,7 @@ CASES: dict[str, Case] = {
     "pairing-and-decode": Case(_pairing_and_decode, 1, "has 3 problem(s)", _no_run_folder),
     "text-as-jpg": Case(_text_as_jpg, 1, "not a JPEG file"),
     "grey-mask": Case(_grey_mask, 0, "2 of 8 mask(s) of split train have grey values"),
+    "empty-masks": Case(_empty_masks, 0, "every one of the 8 mask(s) of split train is empty"),
     "resume-not-found": Case(
         _resume_not_found, 2, "checkpoint to resume from not found:", _no_run_folder
     ),

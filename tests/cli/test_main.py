@@ -27,11 +27,12 @@ def _write_config(raw: dict[str, Any], path: Path, **train: Any) -> str:
 def test_set_overrides_are_typed_yaml_values_and_applied(
     tiny_raw: dict[str, Any], tmp_path: Path
 ) -> None:
-    assert parse_overrides(["A.b=3", "A.c=[1, 2]", "A.d=null", "A.e=x"]) == {
+    assert parse_overrides(["A.b=3", "A.c=[1, 2]", "A.d=null", "A.e=x", "A.f="]) == {
         "A.b": 3,
         "A.c": [1, 2],
         "A.d": None,
         "A.e": "x",
+        "A.f": "",  # KEY= is the empty string (YAML would read null)
     }
     config = _write_config(tiny_raw, tmp_path / "c.yaml", max_epochs=2)
     assert (

@@ -28,16 +28,22 @@ def test_grayscale_rgba_and_16bit_images_become_rgb(tmp_path: Path) -> None:
     gray = _write(tmp_path / "g.png", cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY))
     rgba = _write(tmp_path / "a.png", cv2.cvtColor(bgr, cv2.COLOR_BGR2BGRA))
     deep = _write(tmp_path / "d.png", bgr.astype(np.uint16) * 257)
+    # The same pixels in a 16-bit file without scaling, and as 12-bit sensor data.
+    eight_in_16 = _write(tmp_path / "e.png", bgr.astype(np.uint16))
+    twelve_in_16 = _write(tmp_path / "t.png", bgr.astype(np.uint16) << 4)
     expected_rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     out = read_image(gray)
     assert out.shape == (40, 48, 3) and out.dtype == np.uint8
     assert np.array_equal(out[..., 0], out[..., 2])
     assert np.array_equal(read_image(rgba), expected_rgb)
     assert np.array_equal(read_image(deep), expected_rgb)
+    assert np.array_equal(read_image(eight_in_16), expected_rgb)
+    assert np.array_equal(read_image(twelve_in_16), expected_rgb)
 
 
 @pytest.mark.parametrize(
-    "kind", ["0_255", "0_1", "antialiased", "rgb", "16bit", "palette_like_rgb_red"]
+    "kind",
+    ["0_255", "0_1", "antialiased", "rgb", "16bit", "0_255_in_16bit", "palette_like_rgb_red"],
 )
 def test_masks_are_binarised(tmp_path: Path, kind: str) -> None:
     base = make_mask()
@@ -51,6 +57,8 @@ def test_masks_are_binarised(tmp_path: Path, kind: str) -> None:
         array = np.repeat(base[..., None], 3, axis=2)
     elif kind == "16bit":
         array = base.astype(np.uint16) * 257
+    elif kind == "0_255_in_16bit":  # 0/255 values saved in a 16-bit file
+        array = base.astype(np.uint16)
     else:  # a palette mask decodes to colour: lesion in red (BGR) on black
         array = np.zeros((*base.shape, 3), np.uint8)
         array[..., 2] = base // 255 * 200

@@ -277,16 +277,18 @@ def test_external_images_without_a_mask_count_in_the_summary_and_the_exit_status
     assert "4 of 8 image(s) have no mask" in caplog.text
 
 
-def test_a_mask_of_another_size_is_named_with_both_sizes(
-    trained_checkpoint: Path, tmp_path: Path
-) -> None:
-    external = _external_folder(tmp_path / "clinic", with_mask=3)
-    write_mask(tmp_path / "clinic" / "masks" / "img1_mask.png", np.eye(30, 40))
+def test_a_bad_mask_is_named_in_the_failures(trained_checkpoint: Path, tmp_path: Path) -> None:
+    external = _external_folder(tmp_path / "clinic", with_mask=4)
+    masks = tmp_path / "clinic" / "masks"
+    write_mask(masks / "img1_mask.png", np.eye(30, 40))  # another size
+    labels = masks / "img2_mask.png"  # label indices, not a binary mask
+    assert cv2.imwrite(str(labels), (np.eye(32, 40) * 3).astype(np.uint8))
     code, summary = _evaluate_external(trained_checkpoint, external, tmp_path / "report")
     assert code == 1
-    assert summary["num_images"] == 2 and summary["num_failed"] == 1
-    failure = "mask size 40x30 does not match image size 40x32 (img1.png)"
-    assert summary["failures"] == {"img1": failure}
+    assert summary["num_images"] == 2 and summary["num_failed"] == 2
+    failures = summary["failures"]
+    assert failures["img1"] == "mask size 40x30 does not match image size 40x32 (img1.png)"
+    assert failures["img2"].startswith(f"its mask {labels}: mask values [0, 3] are not binary")
 
 
 def test_evaluate_into_a_folder_used_before_clears_only_its_own_reports(
@@ -416,3 +418,24 @@ def test_summary_json_records_the_threshold_without_float32_noise(
     assert run_cli([*argv, "--device", "cpu", "--gallery", "0", "--output", str(out)]) == 0
     text = (out / "summary.json").read_text()
     assert json.loads(text)["threshold"] == 0.44 and "0.43999" not in text
+
+
+def test_a_folder_of_images_the_model_trained_on_is_flagged(
+    trained_checkpoint: Path, synthetic_root: Path, tmp_path: Path, caplog
+) -> None:
+    train = synthetic_root / "ISIC-2017_Training_Data"
+    masks = synthetic_root / "ISIC-2017_Training_Part1_GroundTruth"
+    test = synthetic_root / "ISIC-2017_Test_v2_Data"
+    test_masks = synthetic_root / "ISIC-2017_Test_v2_Part1_GroundTruth"
+    argv = ["evaluate", "--checkpoint", str(trained_checkpoint), "--device", "cpu"]
+    argv += ["--gallery", "0", "--images", str(train), "--masks", str(masks)]
+    assert (
+        run_cli([*argv, "--external", f"held_out={test}:{test_masks}", "-o", str(tmp_path / "r")])
+        == 0
+    )
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    trained_on = sorted(p.stem for p in train.glob("*.jpg"))
+    assert summary["seen_in_training"] == trained_on  # every training image
+    assert f"{len(trained_on)} of its {len(trained_on)} image(s)" in caplog.text
+    held_out = json.loads((tmp_path / "r" / "held_out" / "summary.json").read_text())
+    assert "seen_in_training" not in held_out  # the test split: never trained on

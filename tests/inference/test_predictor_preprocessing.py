@@ -165,6 +165,11 @@ def test_onnx_from_the_sidecar_alone_predicts_like_the_predictor(
     assert np.abs(expected - probs).max() > 1e-4  # flips change this model's map
     np.testing.assert_allclose(flipped, expected, atol=1e-4)
 
+    # A mask it cannot write (no such folder) is an error, not a silent success.
+    argv = [str(CONSUMER), str(model_path), str(image_path), str(tmp_path / "absent" / "m.png")]
+    failed = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120)
+    assert failed.returncode != 0 and "cannot write" in failed.stderr
+
 
 def test_predict_and_evaluate_cli_use_the_checkpoints_preprocessing(
     corrected_checkpoint: Path, tmp_path: Path

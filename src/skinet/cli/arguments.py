@@ -95,7 +95,8 @@ def external_set(text: str) -> ExternalSet:
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["TRAIN_CONFIG.max_epochs=3"]`` -> ``{"TRAIN_CONFIG.max_epochs": 3}`` (values as YAML)."""
+    """``["TRAIN_CONFIG.max_epochs=3"]`` -> ``{"TRAIN_CONFIG.max_epochs": 3}`` (values as YAML;
+    an empty value is the empty string, as a shell user means by ``KEY=``; ``null`` is none)."""
     import yaml
 
     overrides: dict[str, Any] = {}
@@ -103,6 +104,9 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set expects SECTION.key=value, got {pair!r}")
+        if not value.strip():
+            overrides[key.strip()] = ""
+            continue
         try:
             overrides[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError as error:

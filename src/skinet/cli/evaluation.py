@@ -53,8 +53,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
         for index, (name, samples, output, without_mask) in enumerate(sets):
             log.info("evaluating %d image(s) of %s", len(samples), name)
             split = args.split if split_scored and index == 0 else None
+            seen = [] if split is not None else _seen_in_training(args, name, samples)
             result = _evaluate_set(predictor, samples, args, split)
             result.info.update(evaluated=name, threshold_tuned_on=tuned_on)
+            if seen:
+                result.info["seen_in_training"] = seen
             result.without_mask.update(without_mask)
             codes.append(_write_scored(result, output, quiet=len(sets) > 1))
             summaries[name] = result.summary
@@ -204,6 +207,29 @@ def _labelled_set(name: str, images: Path, masks: Path, output: Path) -> _Set:
         )
     missing = {path.stem: f"{path.name}: no mask in {masks}" for path in unmatched}
     return name, samples, output, missing
+
+
+def _seen_in_training(args: argparse.Namespace, name: str, samples: Any) -> list[str]:
+    """The IDs of a labelled folder's images that a scored model trained or validated on (by
+    its run's ``splits.csv``), with a warning: their scores are not of unseen images."""
+    from skinet.checkpoints.read import load_checkpoint
+    from skinet.inference.ensemble import recorded_assignment, resolve_checkpoints, split_of
+
+    ids = {sample.id for sample in samples}
+    seen: set[str] = set()
+    for path in resolve_checkpoints(args.checkpoint):
+        assignment = recorded_assignment(path, split_of(load_checkpoint(path).config)) or {}
+        seen |= {i for i in ids if assignment.get(i) in ("train", "val")}
+    if seen:
+        log.warning(
+            "%s: %d of its %d image(s) (e.g. %s) are in the train or val split the model was "
+            "trained with (its run's splits.csv): their scores are not those of unseen images",
+            name,
+            len(seen),
+            len(ids),
+            ", ".join(sorted(seen)[:3]),
+        )
+    return sorted(seen)
 
 
 def recorded_split(args: argparse.Namespace) -> Path | None:

@@ -105,9 +105,22 @@ class ExperimentConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _check_deep_supervision_size(self) -> ExperimentConfig:
+    def _check_image_size(self) -> ExperimentConfig:
         model, size = self.model, self.data.image_size
         multiple = model.size_multiple
+        if size < multiple or (model.norm == "instance" and size <= multiple):
+            least = multiple if size < multiple else multiple + 1
+            bottleneck = (
+                "1x1, which norm 'instance' cannot normalise"
+                if size == multiple
+                else f"{size}/{multiple} of a pixel"
+            )
+            raise ValueError(
+                f"DATA_CONFIG.image_size {size} is too small for MODEL_CONFIG.number_of_layers "
+                f"{model.number_of_layers} with stride {model.stride}: the bottleneck would be "
+                f"{bottleneck} (image_size / stride**(number_of_layers - 1)); use image_size >= "
+                f"{least} or fewer number_of_layers"
+            )
         if model.deep_supervision and size % multiple:
             raise ValueError(
                 f"MODEL_CONFIG.deep_supervision needs a DATA_CONFIG.image_size that is a "

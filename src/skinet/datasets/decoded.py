@@ -72,6 +72,7 @@ def decode_split(
         masks = np.empty((count, image_size, image_size), np.uint8)
     problems: list[Problem] = []
     grey_masks: list[Path] = []
+    empty_masks: list[Path] = []
 
     def work(i: int) -> list[Problem]:
         placed = spec if keep else None  # a check only: skip the preprocessing
@@ -79,6 +80,8 @@ def decode_split(
         result = load_pair(sample.image_path, sample.mask_path, placed, split, grey_masks)
         if isinstance(result, list):
             return result
+        if not result[1].any():
+            empty_masks.append(sample.mask_path)
         if images is not None and masks is not None:
             images[i], masks[i] = result
         return []
@@ -89,6 +92,14 @@ def decode_split(
             results = _with_progress(results, count, description or f"decoding {split or ''}")
         for found in results:
             problems += found
+    _warn_about_masks(count, split, grey_masks, empty_masks)
+    return DecodedSplit(images, masks, problems)
+
+
+def _warn_about_masks(
+    count: int, split: str | None, grey_masks: list[Path], empty_masks: list[Path]
+) -> None:
+    """Warn once per split about masks that were grey (binarised) or all empty."""
     if grey_masks:
         logger.warning(
             "%d of %d mask(s)%s have grey values between 0 and 255 (e.g. %s); they were binarised "
@@ -99,7 +110,15 @@ def decode_split(
             min(grey_masks),
             MASK_THRESHOLD,
         )
-    return DecodedSplit(images, masks, problems)
+    if count > 1 and len(empty_masks) == count:
+        logger.warning(
+            "every one of the %d mask(s)%s is empty (no lesion pixel, e.g. %s): a model would "
+            "learn to find nothing. Are the masks saved with values the reader does not take for "
+            "lesion? Open one in an image viewer",
+            count,
+            f" of split {split}" if split else "",
+            min(empty_masks),
+        )
 
 
 def _with_progress(items: Iterator[list[Problem]], total: int, description: str) -> Iterator:

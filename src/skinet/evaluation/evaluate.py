@@ -172,9 +172,13 @@ def read_labelled(sample: Sample) -> tuple[np.ndarray, np.ndarray]:
         UnscorableImage: Either file cannot be read, or their sizes differ.
     """
     try:
-        image, target = read_image(sample.image_path), read_mask(sample.mask_path)
+        image = read_image(sample.image_path)
     except (DecodeError, OSError) as error:
         raise UnscorableImage(f"{sample.image_path.name}: {error}") from None
+    try:
+        target = read_mask(sample.mask_path)
+    except (DecodeError, OSError) as error:
+        raise UnscorableImage(f"its mask {sample.mask_path}: {error}") from None
     if image.shape[:2] != target.shape:
         raise UnscorableImage(size_mismatch(target.shape, image.shape, sample.image_path))
     return image, target

@@ -157,7 +157,7 @@ def _to_uint8(array: np.ndarray) -> np.ndarray:
     if array.dtype == np.uint8:
         return array
     if array.dtype == np.uint16:
-        return (array >> 8).astype(np.uint8)
+        return (array >> _uint16_shift(int(array.max()))).astype(np.uint8)
     if array.dtype == np.bool_:
         return array.astype(np.uint8) * 255
     if np.issubdtype(array.dtype, np.floating):
@@ -166,8 +166,18 @@ def _to_uint8(array: np.ndarray) -> np.ndarray:
     raise DecodeError(f"unsupported pixel type {array.dtype}")
 
 
+def _uint16_shift(high: int) -> int:
+    """The right shift that brings a 16-bit file's values to 8 bits, by the range they use:
+    none for 8-bit values saved in 16 bits (at most 255), 4 for 12-bit sensor data (at most
+    4095), else 8 (the full 16-bit range)."""
+    if high <= 255:
+        return 0
+    return 4 if high <= 4095 else 8
+
+
 def read_image(path: Path) -> np.ndarray:
-    """An RGB uint8 (H, W, 3) image; grayscale, RGBA and 16-bit files are converted."""
+    """An RGB uint8 (H, W, 3) image; grayscale, RGBA and 16-bit files are converted (16-bit by
+    the range their values use: 8-bit, 12-bit or 16-bit)."""
     return _to_rgb(_to_uint8(_decode(path)))
 
 
@@ -187,8 +197,9 @@ def _to_rgb(array: np.ndarray) -> np.ndarray:
 def read_mask(path: Path) -> np.ndarray:
     """A binary {0, 1} uint8 (H, W) mask.
 
-    0/1 and 0/255 masks are taken as they are, anti-aliased 8-bit masks are thresholded at
-    :data:`MASK_THRESHOLD`, 16-bit masks are scaled to 8 bits first, and palette or RGB masks
+    0/1 and 0/255 masks are taken as they are (also when saved in 16 bits), anti-aliased 8-bit
+    masks are thresholded at :data:`MASK_THRESHOLD`, 0/65535 masks are scaled to 8 bits first,
+    and palette or RGB masks
     (lesion drawn in any colour on black) use their brightest channel.
 
     Raises:
