@@ -150,6 +150,12 @@ def _init_from_not_found(s: Setup) -> list[str]:
     return ["train", "--config", s.config(), "--init-from", str(s.tmp / "source.ckpt")]
 
 
+def _masks_renamed(s: Setup) -> list[str]:
+    for mask in _train_masks(s.data):  # 8 masks: 8 missing and 8 orphans
+        mask.rename(mask.with_name(mask.name.replace("_segmentation", "_mask")))
+    return ["train", "--config", s.config()]
+
+
 def _empty_masks(s: Setup) -> list[str]:
     for mask in _train_masks(s.data):
         size = cv2.imread(str(mask), cv2.IMREAD_GRAYSCALE).shape
@@ -442,6 +448,12 @@ CASES: dict[str, Case] = {
     "pairing-and-decode": Case(_pairing_and_decode, 1, "has 3 problem(s)", _no_run_folder),
     "text-as-jpg": Case(_text_as_jpg, 1, "not a JPEG file"),
     "grey-mask": Case(_grey_mask, 0, "2 of 8 mask(s) of split train have grey values"),
+    "many-problems": Case(
+        _masks_renamed,
+        1,
+        "... and 7 more (skinet data verify lists every one)",
+        _no_run_folder,
+    ),
     "empty-masks": Case(_empty_masks, 0, "every one of the 8 mask(s) of split train is empty"),
     "resume-not-found": Case(
         _resume_not_found, 2, "checkpoint to resume from not found:", _no_run_folder

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from skinet.cli.data import add_data_subcommands, main
 from skinet.datasets.layouts import ISIC2017_FOLDERS
+from skinet.imaging.errors import DatasetError
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -67,3 +68,19 @@ def test_stats_prints_pasteable_yaml(isic2017_tree: Path, capsys) -> None:
     block = yaml.safe_load(capsys.readouterr().out)["DATA_CONFIG"]
     assert block["normalization_mode"] == "standard"
     assert all(0.0 < m < 1.0 for m in block["mean"]) and all(0.0 < s < 0.5 for s in block["std"])
+
+
+def test_stats_says_when_files_were_left_out_and_names_an_empty_split(
+    isic2017_tree: Path, capsys, caplog
+) -> None:
+    images, masks = (isic2017_tree / n for n in ISIC2017_FOLDERS["train"])
+    (masks / "ISIC_0000003_segmentation.png").unlink()
+    code, _ = _run(["data", "stats", "--data-dir", str(isic2017_tree)])
+    assert code == 0 and "# 5 images" in capsys.readouterr().out  # 6 training images, 1 unpaired
+    assert "1 problem(s) in" in caplog.text and "ISIC_0000003.jpg: missing mask" in caplog.text
+    for mask in masks.iterdir():
+        mask.unlink()
+    with pytest.raises(
+        DatasetError, match=f"no image/mask pairs in split 'train' of {isic2017_tree}"
+    ):
+        _run(["data", "stats", "--data-dir", str(isic2017_tree)])

@@ -148,3 +148,18 @@ def test_keep_largest_and_fill_holes_change_the_masks_predict_writes(
             np.testing.assert_array_equal(mask, step(plain), err_msg=f"{name}: {stem}")
             changed += int((mask != plain).any())
         assert changed, f"{name}: no mask needed it, so the test proves nothing"
+
+
+def test_masks_kept_beside_their_images_are_not_predicted(
+    trained_checkpoint: Path, tmp_path: Path, caplog
+) -> None:
+    folder = _input_dir(tmp_path)  # wide, square, odd
+    for name in ("wide_mask.png", "square_segmentation.png", "odd_proba.png"):
+        write_rgb(folder / name, 20, 20)
+    write_rgb(folder / "alone_mask.png", 20, 20)  # no image 'alone': an image of its own
+    out = tmp_path / "out"
+    argv = ["predict", "--checkpoint", str(trained_checkpoint), "--images", str(folder)]
+    assert run_cli([*argv, "--output", str(out), "--device", "cpu"]) == 0
+    written = sorted(p.name for p in out.glob("*_mask.png"))
+    assert written == ["alone_mask_mask.png", "odd_mask.png", "square_mask.png", "wide_mask.png"]
+    assert "3 file(s) in" in caplog.text and "they are not taken as images" in caplog.text

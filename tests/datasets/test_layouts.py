@@ -154,3 +154,18 @@ def test_a_dataset_without_its_training_folder_names_that_folder(
     message = " ".join(str(problem) for problem in problems)
     assert f"no training images found: {root / ISIC2017_FOLDERS['train'][0]} is missing" in message
     assert ISIC2017_FOLDERS["val"][0] not in message  # the folders that are there go unnamed
+
+
+def test_images_in_subfolders_are_named_as_not_searched(tmp_path: Path) -> None:
+    import cv2
+    import numpy as np
+
+    for patient in ("p0", "p1"):
+        for kind, suffix in (("images", ""), ("masks", "_segmentation")):
+            folder = tmp_path / "clinic" / kind / patient
+            folder.mkdir(parents=True)
+            pixels = np.zeros((16, 16, 3 if kind == "images" else 1), np.uint8)
+            assert cv2.imwrite(str(folder / f"{patient}_img{suffix}.png"), pixels)
+    problems = verify_dataset(tmp_path / "clinic", "folder", decode=False)
+    said = " ".join(str(problem) for problem in problems)
+    assert "2 image(s) sit in its subfolders (e.g. p0/p0_img.png), which are not searched" in said

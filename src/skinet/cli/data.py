@@ -19,6 +19,8 @@ from skinet.datasets.registry import DOWNLOADABLE
 from skinet.imaging.errors import DatasetError, Problem
 from skinet.runtime.console import console as wide_console
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -161,11 +163,21 @@ def run_stats(args: argparse.Namespace, console: Console | None = None) -> int:
 
     console = console or wide_console()
     data = _data_config(args)
-    _, splits = index_dataset(data)
+    index, splits = index_dataset(data)
     names = list(splits) if args.split == "all" else [args.split]
     paths = [s.image_path for name in names for s in splits.get(name, [])]
+    if not paths:
+        raise DatasetError(f"no image/mask pairs in split {args.split!r} of {index.root}")
     stats = compute_channel_stats(paths, preprocessing=build_preprocessing(data))
     print(stats.to_yaml(), end="")
+    if index.problems:  # e.g. images without a mask: not counted above
+        log.warning(
+            "%d problem(s) in %s left files out of these statistics (e.g. %s); skinet data "
+            "verify lists every one",
+            len(index.problems),
+            index.root,
+            index.problems[0],
+        )
     return 0
 
 

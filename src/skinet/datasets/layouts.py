@@ -23,6 +23,10 @@ logger = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff")
 MASK_SUFFIXES = (".png", ".bmp", ".gif", ".tif", ".tiff", ".jpg", ".jpeg")
+ID_SUFFIXES = ("_segmentation", "_mask", "_lesion", "_prediction", "_pred")
+"""Stem suffixes removed to pair predictions with ground truth by image ID."""
+IGNORED_SUFFIXES = ("_proba", "_overlay", "_superpixels")
+"""Files ``skinet predict`` writes beside the masks, and ISIC superpixel maps: not masks."""
 
 ISIC2017_FOLDERS = {
     "train": ("ISIC-2017_Training_Data", "ISIC-2017_Training_Part1_GroundTruth"),
@@ -99,7 +103,25 @@ def _pair_folder(
     for stem, mask_path in masks.items():
         if stem not in used and not stem.endswith("_superpixels"):
             problems.append(Problem(mask_path, "mask without an image", split))
+    if not samples:
+        problems += _images_in_subfolders(image_dir, split)
     return samples, problems
+
+
+def _images_in_subfolders(image_dir: Path, split: str | None) -> list[Problem]:
+    """A problem naming the images below ``image_dir``'s subfolders, which are not searched."""
+    nested = sorted(p for p in image_dir.glob("*/**/*") if is_image(p))
+    if not nested:
+        return []
+    return [
+        Problem(
+            image_dir,
+            f"{len(nested)} image(s) sit in its subfolders (e.g. "
+            f"{nested[0].relative_to(image_dir)}), which are not searched: move them up into "
+            "this folder, with their masks likewise",
+            split,
+        )
+    ]
 
 
 def suggest_mask_suffix(image_stem: str, expected: str, masks: dict[str, Path]) -> str:

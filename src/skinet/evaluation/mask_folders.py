@@ -8,20 +8,13 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from skinet.datasets.layouts import MASK_SUFFIXES, Sample
+from skinet.datasets.layouts import ID_SUFFIXES, IGNORED_SUFFIXES, MASK_SUFFIXES, Sample
 from skinet.evaluation.evaluate import EvaluationResult, new_result, record_failure, score_pair
 from skinet.imaging.decode import DecodeError, read_mask
 from skinet.imaging.errors import DatasetError
 from skinet.inference.predict import list_images
 
 log = logging.getLogger(__name__)
-
-ID_SUFFIXES = ("_segmentation", "_mask", "_lesion", "_prediction", "_pred")
-"""Stem suffixes removed to pair predictions with ground truth by image ID."""
-
-
-IGNORED_SUFFIXES = ("_proba", "_overlay", "_superpixels")
-"""Files ``skinet predict`` writes beside the masks, and ISIC superpixel maps: not masks."""
 
 
 def mask_id(path: Path) -> str:

@@ -23,6 +23,10 @@ class Problem:
         return f"{where}{self.path}: {self.message}"
 
 
+SHOWN_PROBLEMS = 10
+"""How many problems a :class:`DatasetError`'s message lists (``problems`` holds them all)."""
+
+
 class DatasetError(ValueError):
     """A dataset cannot be used; ``problems`` lists every problem found, not just the first."""
 
@@ -33,5 +37,8 @@ class DatasetError(ValueError):
             return
         self.problems = list(problems)
         header = header or f"dataset has {len(self.problems)} problem(s)"
-        lines = [f"{header}:"] + [f"  - {problem}" for problem in self.problems]
+        lines = [f"{header}:"] + [f"  - {problem}" for problem in self.problems[:SHOWN_PROBLEMS]]
+        if len(self.problems) > SHOWN_PROBLEMS:
+            more = len(self.problems) - SHOWN_PROBLEMS
+            lines.append(f"  ... and {more} more (skinet data verify lists every one)")
         super().__init__("\n".join(lines))

@@ -13,7 +13,7 @@ from typing import Literal
 import cv2
 import numpy as np
 
-from skinet.datasets.layouts import IMAGE_SUFFIXES, is_image
+from skinet.datasets.layouts import ID_SUFFIXES, IGNORED_SUFFIXES, IMAGE_SUFFIXES, is_image
 from skinet.imaging.decode import DecodeError, read_image
 from skinet.imaging.preprocess import Placement
 from skinet.inference.predictor import Predictor
@@ -43,7 +43,8 @@ class PredictReport:
 
 
 def list_images(input_path: Path) -> list[Path]:
-    """``input_path`` itself if it is an image file, else the images directly inside the folder.
+    """``input_path`` itself if it is an image file, else the images directly inside the folder,
+    less the masks and maps of those images kept beside them (``<stem>_mask.png``, ...).
 
     Raises:
         FileNotFoundError: ``input_path`` does not exist, or is a file that is not an image.
@@ -57,7 +58,27 @@ def list_images(input_path: Path) -> list[Path]:
         return [input_path]
     if not input_path.is_dir():
         raise FileNotFoundError(f"input not found: {input_path}")
-    return sorted(path for path in input_path.iterdir() if is_image(path))
+    images = sorted(path for path in input_path.iterdir() if is_image(path))
+    stems = {path.stem for path in images}
+    beside = [path for path in images if _names_a_file_of(path.stem, stems)]
+    if beside:
+        log.warning(
+            "%d file(s) in %s are named like the mask or map of an image beside them (e.g. %s): "
+            "they are not taken as images",
+            len(beside),
+            input_path,
+            beside[0].name,
+        )
+    return [path for path in images if path not in beside]
+
+
+def _names_a_file_of(stem: str, stems: set[str]) -> bool:
+    """Whether ``stem`` is another stem of ``stems`` with a mask's or map's suffix
+    (``ISIC_1_segmentation`` beside ``ISIC_1``)."""
+    return any(
+        stem.endswith(suffix) and stem[: -len(suffix)] in stems
+        for suffix in ID_SUFFIXES + IGNORED_SUFFIXES
+    )
 
 
 def check_unique_stems(paths: Sequence[Path]) -> None:
