@@ -48,12 +48,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
             _save_calibrated(args, predictor, tuned, main_name, flips)
     codes, summaries = [], {}
     split_scored = args.images is None and args.split != "none"  # the first set is a split
+    trained = _trained_ids(predictor, args)
     _clear_reports(args.output)  # an earlier run's gallery or sets would look like this run's
     try:
         for index, (name, samples, output, without_mask) in enumerate(sets):
             log.info("evaluating %d image(s) of %s", len(samples), name)
             split = args.split if split_scored and index == 0 else None
-            seen = [] if split is not None else _seen_in_training(args, name, samples)
+            seen = [] if split is not None else _seen_in_training(trained, name, samples)
             result = _evaluate_set(predictor, samples, args, split)
             result.info.update(evaluated=name, threshold_tuned_on=tuned_on)
             if seen:
@@ -209,17 +210,32 @@ def _labelled_set(name: str, images: Path, masks: Path, output: Path) -> _Set:
     return name, samples, output, missing
 
 
-def _seen_in_training(args: argparse.Namespace, name: str, samples: Any) -> list[str]:
-    """The IDs of a labelled folder's images that a scored model trained or validated on (by
-    its run's ``splits.csv``), with a warning: their scores are not of unseen images."""
-    from skinet.checkpoints.read import load_checkpoint
-    from skinet.inference.ensemble import recorded_assignment, resolve_checkpoints, split_of
+def _trained_ids(predictor: Any, args: argparse.Namespace) -> set[str]:
+    """The IDs every scored model trained or validated on, by its run's ``splits.csv`` (each
+    member's, for an ensemble); read once per evaluation."""
+    from skinet.inference.ensemble import recorded_assignment, split_of
 
+    members = list(
+        zip(
+            getattr(predictor, "member_paths", []),
+            getattr(predictor, "member_splits", []),
+            strict=True,
+        )
+    )
+    if not members:  # one checkpoint file
+        members = [(Path(args.checkpoint[0]), split_of(predictor.config))]
+    trained: set[str] = set()
+    for path, split in members:
+        assignment = recorded_assignment(path, split) or {}
+        trained |= {i for i, role in assignment.items() if role in ("train", "val")}
+    return trained
+
+
+def _seen_in_training(trained: set[str], name: str, samples: Any) -> list[str]:
+    """The IDs of a labelled folder's images among ``trained``, with a warning: their scores
+    are not those of unseen images."""
     ids = {sample.id for sample in samples}
-    seen: set[str] = set()
-    for path in resolve_checkpoints(args.checkpoint):
-        assignment = recorded_assignment(path, split_of(load_checkpoint(path).config)) or {}
-        seen |= {i for i in ids if assignment.get(i) in ("train", "val")}
+    seen = ids & trained
     if seen:
         log.warning(
             "%s: %d of its %d image(s) (e.g. %s) are in the train or val split the model was "

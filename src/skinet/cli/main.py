@@ -136,11 +136,11 @@ class LogLineHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 def _log_handler() -> logging.Handler:
     """Rich's handler where rich draws (a terminal, Jupyter), else :class:`LogLineHandler`."""
-    from rich import get_console
     from rich.logging import RichHandler
 
-    shown = get_console()
-    if not (shown.is_terminal or shown.is_jupyter):
+    from skinet.runtime.console import draws
+
+    if not draws():
         return LogLineHandler()
     handler = RichHandler(rich_tracebacks=False, show_path=False, log_time_format="[%X]")
     handler.setFormatter(logging.Formatter("%(message)s"))

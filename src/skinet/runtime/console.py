@@ -13,12 +13,23 @@ OFF_TERMINAL_WIDTH = 240
 names short (``/tmp/runs/tiny_val_best_dice_at_t…``)."""
 
 
+def draws(shown: Console | None = None) -> bool:
+    """Whether rich draws on ``shown`` (default: its global console): a terminal, Jupyter, or
+    ``FORCE_COLOR`` / ``TTY_COMPATIBLE`` set. Elsewhere (a log file, a pipe, CI) SkiNet prints
+    plain lines and no progress bar."""
+    if shown is None:
+        from rich import get_console
+
+        shown = get_console()
+    return shown.is_terminal or shown.is_jupyter
+
+
 def console(stderr: bool = False) -> Console:
-    """A rich console: the terminal's width on a terminal (or in Jupyter); elsewhere (a log
-    file, a pipe, CI) :data:`OFF_TERMINAL_WIDTH` columns unless ``COLUMNS`` says otherwise."""
+    """A rich console: the terminal's width where rich :func:`draws`; elsewhere
+    :data:`OFF_TERMINAL_WIDTH` columns unless ``COLUMNS`` says otherwise."""
     from rich.console import Console
 
     drawn = Console(stderr=stderr)
-    if drawn.is_terminal or drawn.is_jupyter or "COLUMNS" in os.environ:
+    if draws(drawn) or "COLUMNS" in os.environ:
         return drawn
     return Console(stderr=stderr, width=OFF_TERMINAL_WIDTH)

@@ -191,3 +191,22 @@ def test_the_progress_bar_counts_epochs_like_the_log_lines(
     # The run's card gives the command as it was typed.
     (card,) = (tmp_path / "runs").glob("*/MODEL_CARD.md")
     assert f"python -m skinet train --config {config} --no-visualize" in card.read_text()
+
+
+def test_off_a_terminal_a_log_record_is_one_line_and_tables_are_not_cut(
+    tmp_path: Path, synthetic_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skinet.cli.main import main
+
+    raw = tiny_raw_config(
+        tmp_path / ("a_folder_name_long_enough_to_pass_80_columns" * 2), synthetic_root
+    )
+    raw["TRAIN_CONFIG"].update(use_mlflow_logger=False)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    assert main(["train", "--config", str(config), "--no-visualize"]) == 0
+    out = capsys.readouterr().out
+    (best,) = Path(raw["TRAIN_CONFIG"]["output_dir"]).glob("*/checkpoints/best-*.ckpt")
+    # Rich would wrap these at 80 columns and split the path mid-name.
+    assert any(line.endswith(f"checkpoint path at {best}") for line in out.splitlines()), out
+    assert any(line.endswith(f"best checkpoint:  {best}") for line in out.splitlines()), out

@@ -26,6 +26,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 
 from skinet.keys import MetricsKey
+from skinet.runtime.console import draws
 from skinet.training.callbacks.throughput import batch_size_of
 from skinet.training.schedules import budget_spent, budget_timer
 
@@ -49,10 +50,7 @@ def progress_bar_draws(enabled: bool) -> bool:
     """Whether a training run shows its progress bar: ``enable_progress_bar`` is on and rich
     draws here (a terminal, Jupyter, or ``FORCE_COLOR`` / ``TTY_COMPATIBLE`` set). Elsewhere,
     in a log file, the bar's last frames would litter the epoch lines, so there is no bar."""
-    from rich import get_console
-
-    console = get_console()
-    return enabled and (console.is_terminal or console.is_jupyter)
+    return enabled and draws()
 
 
 class ProgressLogCallback(Callback):
