@@ -151,6 +151,8 @@ def test_a_run_without_a_test_split_says_so_in_its_card_and_summary(
     # The two threshold rows are told apart under the table.
     legend = "`val_threshold_used` the one its `val_dice` and `val_iou` were computed at"
     assert legend in card
+    assert tiny_raw["TRAIN_CONFIG"].get("precision") is None
+    assert "up to 1 epoch, precision `32-true` (automatic), seed" in card  # as the CPU resolved it
 
 
 def test_a_fixed_threshold_card_has_no_legend_of_a_sweep(tiny_raw: dict[str, Any]) -> None:

@@ -71,6 +71,14 @@ def _broken_folder(s: Setup) -> None:
     truncated.write_bytes(truncated.read_bytes()[:200])
 
 
+def _config_not_found(s: Setup) -> list[str]:
+    return ["train", "--config", str(s.tmp / "configs" / "cpu_budget.yaml")]
+
+
+def _data_dir_not_found(s: Setup) -> list[str]:
+    return ["data", "verify", "--data-dir", str(s.tmp / "ISIC2017")]
+
+
 def _std_zero(s: Setup) -> list[str]:
     return ["config", "check", "--config", s.config(DATA_CONFIG={"std": [0, 0.2, 0.2]})]
 
@@ -411,6 +419,13 @@ def _no_run_folder(s: Setup) -> None:
 
 
 CASES: dict[str, Case] = {
+    "config-not-found": Case(
+        _config_not_found,
+        2,
+        "`skinet config init cpu_budget --output ",
+        _no_run_folder,
+    ),
+    "data-dir-not-found": Case(_data_dir_not_found, 2, "ISIC2017: no such folder"),
     "std-zero": Case(
         _std_zero, 2, "DATA_CONFIG.std: every channel std must be a finite number > 0"
     ),

@@ -1,6 +1,6 @@
-"""``skinet --help``, every ``<command> --help``, ``--version`` and ``config show`` answer at once:
-no torch, OpenCV, matplotlib or SciPy is imported, and the process does not restart itself for
-the allocator."""
+"""``skinet --help``, every ``<command> --help``, ``--version``, ``config show`` and ``config
+init`` answer at once: no torch, OpenCV, matplotlib or SciPy is imported, and the process does
+not restart itself for the allocator."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
     main(["--version"])
 with contextlib.redirect_stdout(io.StringIO()):
     assert main(["config", "show", "--config", "configs/quickstart.yaml"]) == 0  # accelerator auto
+    assert main(["config", "init"]) == 0  # the list of shipped configs
 heavy = sorted(name for name in sys.argv[1:] if name in sys.modules)
 print(json.dumps({"heavy": heavy, "asked": asked}))
 """

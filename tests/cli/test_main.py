@@ -69,7 +69,7 @@ def test_data_stats_and_verify_through_the_cli(
     stats = yaml.safe_load(capsys.readouterr().out)["DATA_CONFIG"]
     assert len(stats["mean"]) == 3 and len(stats["std"]) == 3
     assert main(["data", "verify", "--data-dir", str(synthetic_root)]) == 0
-    assert main(["data", "verify", "--data-dir", str(tmp_path / "nope")]) == 1
+    assert main(["data", "verify", "--data-dir", str(tmp_path / "nope")]) == 2  # a usage error
 
 
 def test_seeds_through_the_cli(tiny_raw: dict[str, Any], tmp_path: Path, capsys) -> None:

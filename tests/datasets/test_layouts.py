@@ -112,6 +112,16 @@ def test_missing_data_root_lists_every_candidate(tmp_path: Path, monkeypatch) ->
     message = str(info.value)
     for path in ("/mnt/x/nope", "/l/nope", str(tmp_path / "nope")):
         assert path in message
+    assert "set DATA_CONFIG.azure_blob_mount_point / DATA_CONFIG.local_data_root" in message
+
+
+def test_a_missing_absolute_data_dir_is_named_without_the_search_roots(tmp_path: Path) -> None:
+    """An absolute data_dir is not looked for under other roots: the message says so."""
+    with pytest.raises(DatasetError) as info:
+        index_dataset(DataConfig(dataset="isic2017", data_dir=str(tmp_path / "nope")))
+    message = str(info.value)
+    assert message.endswith("No such folder: check the path (--data-dir, or DATA_CONFIG.data_dir).")
+    assert "local_data_root" not in message
 
 
 def test_synthetic_generated_when_absent(tmp_path: Path, monkeypatch) -> None:

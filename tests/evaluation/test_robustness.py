@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -79,8 +80,14 @@ def test_report_files_and_numbers_agree(
 
 
 def test_same_seed_same_numbers_and_folder_mode_matches_the_split(
-    split_report: Path, trained_checkpoint: Path, synthetic_root: Path, tmp_path: Path
+    split_report: Path,
+    trained_checkpoint: Path,
+    synthetic_root: Path,
+    tmp_path: Path,
+    capsys,
+    monkeypatch,
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "250")  # the table's rows unwrapped
     out = tmp_path / "folders"
     argv = ["robustness", "--checkpoint", str(trained_checkpoint), "--device", "cpu"]
     argv += [
@@ -93,6 +100,17 @@ def test_same_seed_same_numbers_and_folder_mode_matches_the_split(
     again = json.loads((out / "robustness.json").read_text())["conditions"]
     first = json.loads((split_report / "robustness.json").read_text())["conditions"]
     assert again == first  # same images, same seed: identical to the last digit
+
+    # The printed change has the PNG's sign (shifted minus clean: negative is worse).
+    printed = {
+        cells[0]: cells
+        for line in capsys.readouterr().out.splitlines()
+        if len(cells := [cell.strip() for cell in re.split("[│┃]", line.strip("│┃ "))]) == 7
+    }
+    assert printed["condition"][3] == "change"
+    for key, row in _read_rows(out / "robustness.csv").items():
+        if key != "clean":
+            assert printed[key][3] == f"{-float(row['drop']):+.4f}", printed[key]
 
 
 def test_a_bad_image_is_reported_and_the_others_scored(

@@ -178,6 +178,19 @@ def test_core_install_in_a_fresh_venv_predicts(trained_checkpoint: Path, tmp_pat
     )
     assert train.returncode == 2, train.stdout[-3000:] + train.stderr[-3000:]
     assert "pip install 'skinet[train]'" in " ".join((train.stdout + train.stderr).split())
+
+    # The wheel brings the configs of the clone: config init copies one out, unchanged.
+    init = subprocess.run(
+        [str(skinet), "config", "init", "cpu_budget"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert init.returncode == 0, init.stderr[-3000:]
+    shipped = (REPO / "configs" / "cpu_budget.yaml").read_bytes()
+    assert (tmp_path / "cpu_budget.yaml").read_bytes() == shipped
     print(f"core venv built and predicted in {time.monotonic() - started:.0f} s")
 
 

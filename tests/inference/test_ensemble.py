@@ -96,7 +96,10 @@ def test_ensemble_exports_as_one_onnx_graph_with_parity(
     assert parity is not None and parity.passed
     sidecar = json.loads(sidecar_path(output).read_text())
     assert sidecar["checkpoint"] == [str(trained_checkpoint), str(second_checkpoint)]
-    assert "Ensemble of 2 models" in card_path(output).read_text()
+    card = card_path(output).read_text()
+    assert "Ensemble of 2 models" in card
+    assert "beside this card" not in card  # no config.yaml sits beside an export
+    assert "with this config saved as `config.yaml`" in card
 
     ensemble = EnsemblePredictor.from_checkpoints(
         [trained_checkpoint, second_checkpoint], device="cpu"

@@ -15,6 +15,7 @@ from skinet.checkpoints.read import build_model, load_checkpoint
 from skinet.inference.export import (
     ExportError,
     ProbabilityModel,
+    card_path,
     check_parity,
     export_checkpoint,
     run_exported,
@@ -47,6 +48,17 @@ def test_torchscript_export_parity_and_free_shapes(
     probs = run_exported(output, "torchscript", images)
     assert probs.shape == (3, 1, 48, 20)
     torch.testing.assert_close(probs, reference(images).detach(), atol=1e-5, rtol=0)
+
+
+def test_the_exported_card_names_the_run_folder_it_was_copied_from(
+    trained_checkpoint: Path, torchscript_file: Path
+) -> None:
+    """The run's card goes beside the export: its splits.csv and config.yaml stay behind."""
+    card = card_path(torchscript_file).read_text()
+    run_dir = trained_checkpoint.resolve().parent.parent
+    assert "beside this card" not in card
+    assert f"the split used is `splits.csv` in the run folder `{run_dir}`" in card
+    assert f"with this config (`config.yaml` in the run folder `{run_dir}`;" in card
 
 
 def test_parity_fails_against_a_different_model(

@@ -51,6 +51,8 @@ class CardInputs:
     """The command that trains the run again from its own ``config.yaml``."""
     workdir: str | None = None
     """The folder the run was trained in: its config's relative paths start there."""
+    precision: str | None = None
+    """The precision the run trained with (``TRAIN_CONFIG.precision`` as resolved)."""
 
 
 CALIBRATION_HEADING = "## Calibration"
@@ -122,6 +124,12 @@ def calibrate_card(
 def checkpoint_card_path(path: Path) -> Path:
     """The card written beside a file: ``model.onnx`` -> ``model.onnx.MODEL_CARD.md``."""
     return path.with_name(path.name + "." + MODEL_CARD_FILE)
+
+
+def moved_card(text: str, run_folder: Path) -> str:
+    """A run's card copied out of its run folder: ``splits.csv`` and ``config.yaml`` are named
+    in ``run_folder`` instead of "beside this card"."""
+    return text.replace(_BESIDE, f"in the run folder `{run_folder}`")
 
 
 def find_checkpoint_card(checkpoint: Path) -> Path | None:
@@ -243,6 +251,13 @@ def _lineage_lines(init_from: Mapping[str, str | None] | None) -> list[str]:
     ]
 
 
+def _precision(configured: str | None, resolved: str | None) -> str:
+    """The precision as set, or as resolved and marked automatic where the config left it."""
+    if configured is not None:
+        return f"`{configured}`"
+    return f"`{resolved}` (automatic)" if resolved else "automatic (per device)"
+
+
 def _loss_detail(cfg: ExperimentConfig) -> str:
     """The loss weighting, the Dice reduction and deep supervision, where the loss has them."""
     parts = []
@@ -340,8 +355,10 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         "## Training procedure",
         "",
         f"- Loss `{train.loss_name}`{_loss_detail(cfg)}, optimizer `{train.optimizer_name}`, "
-        f"lr {train.lr}, batch size {train.batch_size}, up to {train.max_epochs} epochs, precision "
-        f"`{train.precision or 'default'}`, seed {train.seed}, weight decay {train.weight_decay}.",
+        f"lr {train.lr}, batch size {train.batch_size}, up to {train.max_epochs} "
+        f"{'epoch' if train.max_epochs == 1 else 'epochs'}, precision "
+        f"{_precision(train.precision, inputs.precision)}, seed {train.seed}, weight decay "
+        f"{train.weight_decay}.",
         f"- Best checkpoint chosen by `{inputs.monitor}` ({cfg.sweep.direction}).",
         "",
         "## Evaluation",
@@ -361,7 +378,11 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         inputs.reproduce or "skinet train --config config.yaml",
         "```",
         "",
-        f"with this config (`config.yaml` {_BESIDE}; its seed and every `--set` are in it):",
+        (
+            f"with this config (`config.yaml` {_BESIDE}; its seed and every `--set` are in it):"
+            if inputs.reproduce
+            else "with this config saved as `config.yaml` (its seed and every `--set` are in it):"
+        ),
         "",
         "```yaml",
         yaml.safe_dump(cfg.to_yaml_dict(), sort_keys=False).rstrip(),

@@ -112,6 +112,8 @@ def _data_config(args: argparse.Namespace):  # -> DataConfig
         return data
     if not args.data_dir:
         raise UsageError("give --config or --data-dir")
+    if args.dataset != "synthetic" and not Path(args.data_dir).is_dir():  # synthetic: made there
+        raise UsageError(f"--data-dir {args.data_dir}: no such folder")
     return DataConfig(
         dataset=args.dataset,
         data_dir=str(Path(args.data_dir).resolve()),

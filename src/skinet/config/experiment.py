@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import shlex
 import types
 import typing
 from pathlib import Path
@@ -217,7 +218,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
     """
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"config file not found: {path}; {_shipped_hint(path)}")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -231,6 +232,18 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
         apply_override(raw, dotted, value)
     source = f"{path} with --set {', '.join(overrides)}" if overrides else str(path)
     return parse_config(raw, source)
+
+
+def _shipped_hint(path: Path) -> str:
+    """Where a missing config may come from: the shipped one of that name, or the list of them."""
+    from skinet.config.templates import shipped_configs_hint, template_names
+
+    stem = path.name.removesuffix(".yaml")
+    if stem not in template_names():
+        return shipped_configs_hint()
+    if path == Path(f"{stem}.yaml"):
+        return f"`skinet config init {stem}` writes SkiNet's {stem}.yaml into the current folder"
+    return f"`skinet config init {stem} --output {shlex.quote(str(path))}` writes SkiNet's there"
 
 
 def apply_override(raw: dict[str, Any], dotted: str, value: Any) -> None:

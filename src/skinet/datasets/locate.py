@@ -51,11 +51,15 @@ def resolve_data_root(
         if candidate.is_dir():
             return candidate
     looked = "\n".join(f"  - {c}" for c in candidates)
-    raise DatasetError(
-        f"data_dir {str(data_dir)!r} not found; looked for:\n{looked}\n"
-        "Set DATA_CONFIG.data_dir to an absolute path, or DATA_CONFIG.azure_blob_mount_point / "
-        "DATA_CONFIG.local_data_root to the folder that contains it."
-    )
+    if Path(data_dir).expanduser().is_absolute():
+        hint = "No such folder: check the path (--data-dir, or DATA_CONFIG.data_dir)."
+    else:
+        hint = (
+            "Give an absolute path (--data-dir, or DATA_CONFIG.data_dir), or set "
+            "DATA_CONFIG.azure_blob_mount_point / DATA_CONFIG.local_data_root to the folder "
+            "that contains it."
+        )
+    raise DatasetError(f"data_dir {str(data_dir)!r} not found; looked for:\n{looked}\n{hint}")
 
 
 def resolve_root(cfg: ExperimentConfig | DataConfig, *, generate: bool = True) -> Path:

@@ -262,16 +262,16 @@ def print_robustness_table(result: RobustnessResult) -> None:
 
     summary = result.summary
     table = Table(title=f"Jaccard under device shifts ({summary['num_images']} images)")
-    columns = ("condition", "strength", "mean Jaccard", "drop", "sens.", "spec.", "area ratio")
+    columns = ("condition", "strength", "mean Jaccard", "change", "sens.", "spec.", "area ratio")
     for column in columns:
         table.add_column(column, justify="left" if column in ("condition", "strength") else "right")
     for row in result.rows():
-        drop = "" if row["condition"] == CLEAN else f"{row['drop']:+.4f}"
+        change = "" if row["condition"] == CLEAN else f"{-row['drop']:+.4f}"
         table.add_row(
             row["condition"],
             row["description"],
             f"{row['mean_jaccard']:.4f}",
-            drop,
+            change,
             f"{row['mean_sensitivity']:.3f}",
             f"{row['mean_specificity']:.3f}",
             f"{row['median_area_ratio']:.2f}",
@@ -281,8 +281,11 @@ def print_robustness_table(result: RobustnessResult) -> None:
             "mean over shifts",
             "",
             f"{summary['mean_shifted_jaccard']:.4f}",
-            f"{summary['mean_drop']:+.4f}",
+            f"{-summary['mean_drop']:+.4f}",
             style="bold",
         )
-    table.caption = "area ratio: median predicted / true lesion area (> 1: contour drawn too large)"
+    table.caption = (
+        "change: shifted minus clean mean Jaccard (negative: worse; the CSV's drop is its "
+        "opposite); area ratio: median predicted / true lesion area (> 1: contour drawn too large)"
+    )
     console().print(table)

@@ -34,6 +34,7 @@ from skinet.checkpoints.model_card import (
     checkpoint_card_path,
     find_checkpoint_card,
     invoked_command,
+    moved_card,
 )
 from skinet.checkpoints.read import SkinetCheckpoint, build_model, load_checkpoint
 from skinet.checkpoints.threshold import Threshold
@@ -361,6 +362,8 @@ def write_export_card(
     found = find_checkpoint_card(first.path)
     if len(checkpoints) == 1 and found is not None:
         text = found.read_text()
+        if found.parent != path.parent.resolve():
+            text = moved_card(text, found.parent)
     else:
         # A calibrated copy's card is the source's, calibrated below.
         trained = first.payload.trained_threshold if len(checkpoints) == 1 else threshold

@@ -38,10 +38,12 @@ def write_run_records(
     result: RunResult,
     loaders: DataLoaders,
     init_from: Mapping[str, str | None] | None = None,
+    precision: str | None = None,
 ) -> Path:
     """Write ``splits.csv`` and ``MODEL_CARD.md`` into the run folder and log both to MLflow.
 
-    ``init_from``: a fine-tuned run's source (``InitLineage.as_card()``).
+    ``init_from``: a fine-tuned run's source (``InitLineage.as_card()``); ``precision``: the
+    one the Trainer ran with.
 
     Returns the card's path.
     """
@@ -62,6 +64,7 @@ def write_run_records(
         init_from=init_from,
         reproduce=reproduce_command(result.run_dir),
         workdir=str(Path.cwd()),
+        precision=precision,
     )
     card_path = result.run_dir / MODEL_CARD_FILE
     card_path.write_text(build_model_card(cfg, inputs))

@@ -312,7 +312,8 @@ def fit_and_test(
         summary = {**asdict(result), "monitor": cfg.sweep.monitor}
         (run_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2, default=str))
         lineage = plan.lineage.as_card() if plan.lineage else None
-        write_run_records(cfg, result, loaders, lineage)  # splits.csv and MODEL_CARD.md
+        # splits.csv and MODEL_CARD.md
+        write_run_records(cfg, result, loaders, lineage, precision=str(trainer.precision))
         if mlflow_run_id is not None:
             uri = resolve_tracking_uri(cfg)
             set_tags(uri, mlflow_run_id, {"skinet.stopped_by": result.stopped_by})
