@@ -103,6 +103,7 @@ def test_config_init_refuses_to_overwrite_and_names_what_exists(
     assert main(["config", "init", "cpu_budget", "--force"]) == 0
     assert "TRAIN_CONFIG" in (tmp_path / "cpu_budget.yaml").read_text()
     assert main(["config", "init", "cpu-budget"]) == 2
+    assert main(["config", "init", "../configs/cpu_budget"]) == 2  # only a shipped config's name
     assert "no shipped config named 'cpu-budget'; the shipped configs: clinic, cpu_budget" in (
         caplog.text
     )

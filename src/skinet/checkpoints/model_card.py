@@ -104,8 +104,7 @@ def calibrate_card(
         raise ValueError("calibrate_card needs a calibrated threshold")
     where = f"in the source run folder `{source_run}`" if source_run else "of the source run"
     lines = []
-    for line in text.split(CALIBRATION_HEADING)[0].rstrip("\n").splitlines():
-        line = line.replace(_BESIDE, where)
+    for line in moved_card(text.split(CALIBRATION_HEADING)[0], where).rstrip("\n").splitlines():
         if checkpoint is not None and line.startswith(_CHECKPOINT_LINE):
             line, checkpoint = f"{_CHECKPOINT_LINE}`{checkpoint}` (calibrated)", None
         if line.startswith(OUTPUT_LINE):
@@ -126,10 +125,10 @@ def checkpoint_card_path(path: Path) -> Path:
     return path.with_name(path.name + "." + MODEL_CARD_FILE)
 
 
-def moved_card(text: str, run_folder: Path) -> str:
-    """A run's card copied out of its run folder: ``splits.csv`` and ``config.yaml`` are named
-    in ``run_folder`` instead of "beside this card"."""
-    return text.replace(_BESIDE, f"in the run folder `{run_folder}`")
+def moved_card(text: str, where: str) -> str:
+    """A run's card away from its run folder: its ``splits.csv`` and ``config.yaml`` are
+    ``where`` (``in the run folder `runs/x` ``) instead of "beside this card"."""
+    return text.replace(_BESIDE, where)
 
 
 def find_checkpoint_card(checkpoint: Path) -> Path | None:

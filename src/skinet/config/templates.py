@@ -39,10 +39,10 @@ def template_text(name: str) -> str:
 
 
 def _template(name: str) -> Traversable:
-    stem = name.removesuffix(".yaml")
-    if stem not in template_names():
+    template = _folder() / f"{name.removesuffix('.yaml')}.yaml"
+    if Path(name).name != name or not template.is_file():  # a bare name, nothing above it
         raise UsageError(f"no shipped config named {name!r}; {shipped_configs_hint()}")
-    return _folder() / f"{stem}.yaml"
+    return template
 
 
 def template_summary(name: str) -> str:

@@ -363,7 +363,7 @@ def write_export_card(
     if len(checkpoints) == 1 and found is not None:
         text = found.read_text()
         if found.parent != path.parent.resolve():
-            text = moved_card(text, found.parent)
+            text = moved_card(text, f"in the run folder `{found.parent}`")
     else:
         # A calibrated copy's card is the source's, calibrated below.
         trained = first.payload.trained_threshold if len(checkpoints) == 1 else threshold
