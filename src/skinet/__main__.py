@@ -3,7 +3,8 @@
 :func:`entry` restarts the process with the allocator settings of :mod:`skinet.runtime.allocator`
 before the command line (and torch) is imported, unless the command line only asks for help,
 the version or a config (:func:`answers_at_once`): those run no training or inference step, and
-the restart would only double their start-up time.
+the restart would only double their start-up time. A command whose standard output's reader has
+gone (``skinet config init | head -3``) ends quietly with status 141, like ``yes | head``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,13 @@ import sys
 from collections.abc import Sequence
 
 from skinet.runtime.allocator import reexec_with_malloc_env
+from skinet.runtime.pipes import (
+    BROKEN_PIPE_EXIT,
+    OutputClosed,
+    release_stdout,
+    stdout_reader_gone,
+    stdout_released,
+)
 
 HELP_OPTIONS = ("-h", "--help", "--version")
 """Options that make ``skinet`` print and exit before any command runs."""
@@ -35,7 +43,29 @@ def entry(subcommand: Sequence[str] = ()) -> int:
         reexec_with_malloc_env()
     from skinet.cli.main import main
 
-    return main(argv)
+    try:
+        status = main(argv)
+    except SystemExit:  # argparse's --help, --version and usage errors
+        _flush_stdout()
+        raise
+    except OutputClosed:
+        return BROKEN_PIPE_EXIT
+    except BrokenPipeError:  # a print's
+        if not stdout_reader_gone():
+            raise
+        release_stdout()
+        return BROKEN_PIPE_EXIT
+    _flush_stdout()
+    return BROKEN_PIPE_EXIT if stdout_released() else status
+
+
+def _flush_stdout() -> None:
+    """Flush the standard output here rather than at exit, where a gone reader would print
+    ``Exception ignored ... BrokenPipeError`` and end with status 120."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        release_stdout()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import logging
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -132,6 +133,20 @@ class LogLineHandler(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, value: Any) -> None:
         pass
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        """A gone reader (``skinet train | head``) ends the command at this line
+        (:mod:`skinet.runtime.pipes`), not with logging's ``--- Logging error ---`` traceback
+        for this record and every one after it. A thread other than the main one drops its
+        record: the main thread's next line ends the command."""
+        from skinet.runtime.pipes import close_output_for
+
+        error = sys.exc_info()[1]
+        if isinstance(error, BrokenPipeError):
+            if threading.current_thread() is not threading.main_thread():
+                return
+            close_output_for(error)
+        super().handleError(record)
 
 
 def _log_handler() -> logging.Handler:

@@ -102,7 +102,8 @@ class MLflowConfig(Section):
     artifact_location: str | None = None
     """Artifact root for a new experiment on an SQLite or database store."""
     log_model_summary: bool = True
-    """Log the model summary at fit start."""
+    """Log the model summary (``model_summary.txt``: every layer's parameters, and FLOPs for one
+    image) at fit start."""
     log_checkpoint: bool = True
     """Log the best checkpoint as an artifact at fit end."""
 

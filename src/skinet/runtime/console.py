@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import TYPE_CHECKING
+
+from skinet.runtime.pipes import close_output_for
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -27,9 +30,23 @@ def draws(shown: Console | None = None) -> bool:
 def console(stderr: bool = False) -> Console:
     """A rich console: the terminal's width where rich :func:`draws`; elsewhere
     :data:`OFF_TERMINAL_WIDTH` columns unless ``COLUMNS`` says otherwise."""
-    from rich.console import Console
-
-    drawn = Console(stderr=stderr)
+    drawn = _console_class()(stderr=stderr)
     if draws(drawn) or "COLUMNS" in os.environ:
         return drawn
-    return Console(stderr=stderr, width=OFF_TERMINAL_WIDTH)
+    return _console_class()(stderr=stderr, width=OFF_TERMINAL_WIDTH)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
+    """rich's ``Console``, ending the command on a gone reader as a log line does
+    (:mod:`skinet.runtime.pipes`): rich's own ``on_broken_pipe`` exits with status 1, which
+    reads like a failed command."""
+    from rich.console import Console
+
+    class PipedConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True  # nothing more from this console, whichever stream it writes to
+            if not self.stderr:
+                close_output_for(BrokenPipeError())
+
+    return PipedConsole

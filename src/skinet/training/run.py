@@ -111,6 +111,7 @@ def build_trainer(
         num_sanity_val_steps=train_cfg.num_sanity_val_steps,
         accumulate_grad_batches=train_cfg.accumulate_grad_batches,
         enable_checkpointing=train_cfg.use_checkpoint,
+        enable_model_summary=False,  # the callbacks hold SkiNet's NetworkSummary instead
         enable_progress_bar=progress_bar_draws(train_cfg.enable_progress_bar),
         plugins=[WholeFileCheckpointIO()],  # a full disk leaves no partial checkpoint
         **optional,

@@ -31,6 +31,7 @@ from skinet.training.callbacks.progress_log import ProgressLogCallback
 from skinet.training.callbacks.resume import ResumeAwareLearningRateMonitor
 from skinet.training.callbacks.setup import setup_logging_and_callbacks
 from skinet.training.callbacks.stop_check import StopCheck
+from skinet.training.callbacks.summary import NetworkSummary
 from skinet.training.callbacks.system_metrics import SystemMetricsThreadCallback
 from skinet.training.callbacks.throughput import ThroughputCallback
 
@@ -286,6 +287,7 @@ def test_everything_off_gives_no_logger(tmp_path: Path, config_factory: Any) -> 
         ThroughputCallback,
         ProgressLogCallback,
         StopCheck,
+        NetworkSummary,
         TrainingPlotsCallback,
     }
 

@@ -18,6 +18,7 @@ __all__ = [
     "TrainingPlotsCallback",
     "ProgressLogCallback",
     "EpochProgressBar",
+    "NetworkSummary",
     "WeightEMA",
     "FreezeEncoder",
     "ResumeStateCallback",
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from skinet.training.callbacks.progress_log import EpochProgressBar, ProgressLogCallback
     from skinet.training.callbacks.resume import ResumeStateCallback
     from skinet.training.callbacks.setup import setup_logging_and_callbacks
+    from skinet.training.callbacks.summary import NetworkSummary
     from skinet.training.callbacks.system_metrics import SystemMetricsThreadCallback
     from skinet.training.callbacks.throughput import ThroughputCallback
 else:
@@ -49,6 +51,7 @@ else:
             "epoch_history": ("EpochMetricsHistory",),
             "plots": ("TrainingPlotsCallback",),
             "progress_log": ("ProgressLogCallback", "EpochProgressBar"),
+            "summary": ("NetworkSummary",),
             "ema": ("WeightEMA",),
             "freeze": ("FreezeEncoder",),
             "resume": ("ResumeStateCallback",),

@@ -19,10 +19,10 @@ from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
-from lightning.pytorch.utilities.model_summary import ModelSummary
 
 from skinet.runtime.devices import config_with_resolved
 from skinet.tracking.mlflow_utils import first_line, quiet_store_errors
+from skinet.training.callbacks.summary import summarize_model
 
 if TYPE_CHECKING:
     from skinet.config.experiment import ExperimentConfig
@@ -132,10 +132,11 @@ class MLflowTrainingArtifactsCallback(Callback):
         if not loggers:
             return
         params = flatten_params(config_with_resolved(self.cfg))
-        summary = str(ModelSummary(pl_module, max_depth=-1))
+        wanted = self.cfg.train.mlflow_config.log_model_summary
+        summary = summarize_model(pl_module) if wanted else None
         for logger in loggers:
             log_params_once(logger, params)
-            if self.cfg.train.mlflow_config.log_model_summary:
+            if summary is not None:
                 logger.experiment.log_text(logger.run_id, summary, "model_summary.txt")
 
     @rank_zero_only

@@ -31,6 +31,7 @@ from skinet.training.callbacks.progress_log import (
 )
 from skinet.training.callbacks.resume import ResumeAwareLearningRateMonitor
 from skinet.training.callbacks.stop_check import StopCheck
+from skinet.training.callbacks.summary import NetworkSummary
 from skinet.training.callbacks.system_metrics import SystemMetricsThreadCallback
 from skinet.training.callbacks.throughput import ThroughputCallback
 
@@ -60,7 +61,7 @@ def setup_logging_and_callbacks(
     """Build the loggers and callbacks selected by ``TRAIN_CONFIG``.
 
     Always: ``EpochMetricsHistory`` (``history``, else a new one), ``SystemMetricsThreadCallback``,
-    ``ThroughputCallback``, ``ProgressLogCallback``, ``StopCheck`` and
+    ``ThroughputCallback``, ``ProgressLogCallback``, ``StopCheck``, ``NetworkSummary`` and
     ``TrainingPlotsCallback`` (PNGs in ``run_dir/plots``, drawn from the history). By flag:
     ``EpochProgressBar`` (``enable_progress_bar``, where it draws), ``EarlyStopping``,
     ``ModelCheckpoint`` (in ``run_dir/checkpoints``; with ``save_last`` a second one writes
@@ -90,6 +91,7 @@ def setup_logging_and_callbacks(
         ThroughputCallback(),
         ProgressLogCallback(train.progress_log_interval_sec, train.enable_progress_bar),
         StopCheck(),
+        NetworkSummary(),
     ]
     if progress_bar_draws(train.enable_progress_bar):
         callbacks.append(EpochProgressBar())
