@@ -74,7 +74,11 @@ def test_the_summary_leaves_the_network_as_it_found_it_even_when_it_fails(
     module = LightningModel(tiny_raw)
     compiled = module.model
     module.loss_fn.eval()  # a module in eval mode stays so; the rest in train mode
-    with pytest.raises(RuntimeError, match="a forward that failed"), measuring_one_image(module):
+    with (
+        pytest.raises(RuntimeError, match="a forward that failed"),
+        measuring_one_image(module) as measured,
+    ):
+        assert measured
         assert module.model is compiled._orig_mod  # type: ignore[union-attr]
         assert tuple(module.example_input_array.shape) == (1, 3, 32, 32)  # type: ignore[union-attr]
         module.eval()  # as Lightning's summary does before its forward
@@ -82,3 +86,29 @@ def test_the_summary_leaves_the_network_as_it_found_it_even_when_it_fails(
     assert module.model is compiled
     assert module.example_input_array is None
     assert module.training and module.model.training and not module.loss_fn.training
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (FSDP)")
+def test_a_sharded_network_is_not_run_for_the_summary(tiny_raw: dict[str, Any]) -> None:
+    import lightning as L
+
+    # FSDP holds a shard of the network on each process: a forward on the first process alone
+    # would wait for the others at fit start.
+    trainer = L.Trainer(strategy="fsdp", accelerator="gpu", devices=1, logger=False)
+    module = LightningModel(tiny_raw)
+    module.trainer = trainer
+    network = module.model
+    with measuring_one_image(module) as measured:
+        assert not measured
+        assert module.model is network and module.example_input_array is None
+
+
+def test_a_network_replicated_by_ddp_is_measured(tiny_raw: dict[str, Any]) -> None:
+    import lightning as L
+
+    trainer = L.Trainer(strategy="ddp", accelerator="cpu", devices=1, logger=False)
+    module = LightningModel(tiny_raw)
+    module.trainer = trainer
+    with measuring_one_image(module) as measured:
+        assert measured and module.example_input_array is not None

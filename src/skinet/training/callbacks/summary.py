@@ -28,16 +28,19 @@ log = logging.getLogger(__name__)
 
 
 @contextmanager
-def measuring_one_image(pl_module: L.LightningModule) -> Iterator[None]:
+def measuring_one_image(pl_module: L.LightningModule) -> Iterator[bool]:
     """While inside, a Lightning summary of ``pl_module`` measures FLOPs and sizes for one image:
     its ``example_input_array`` is a ``(1, in_channels, image_size, image_size)`` image of the
     weights' dtype and its network the uncompiled one. Everything is put back on leaving, each
     module's train or eval mode too (a failed forward leaves Lightning's summary unrestored).
-    A module without a SkiNet config is left as it is."""
+
+    Yields whether it set things up: not for a module without a SkiNet config, nor under a
+    strategy that shards the network (FSDP, DeepSpeed), where a forward on one process would
+    wait for the others."""
     cfg = getattr(pl_module, "cfg", None)
     network = getattr(pl_module, "model", None)
-    if cfg is None or not isinstance(network, torch.nn.Module):
-        yield
+    if cfg is None or not isinstance(network, torch.nn.Module) or not _whole_here(pl_module):
+        yield False
         return
     size = cfg.data.image_size
     dtype = next(network.parameters()).dtype  # 64-true, bf16-true: the weights' own
@@ -46,7 +49,7 @@ def measuring_one_image(pl_module: L.LightningModule) -> Iterator[None]:
     pl_module.model = getattr(network, "_orig_mod", network)  # torch.compile's wrapper
     pl_module.example_input_array = torch.zeros(1, cfg.model.in_channels, size, size, dtype=dtype)
     try:
-        yield
+        yield True
     finally:
         pl_module.model = network
         pl_module.example_input_array = example
@@ -54,14 +57,24 @@ def measuring_one_image(pl_module: L.LightningModule) -> Iterator[None]:
             module.training = training
 
 
+def _whole_here(pl_module: L.LightningModule) -> bool:
+    """Whether this process holds the whole network: no Trainer yet, one device, or DDP (each
+    process a replica)."""
+    from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
+
+    trainer = getattr(pl_module, "_trainer", None)
+    return trainer is None or isinstance(trainer.strategy, SingleDeviceStrategy | DDPStrategy)
+
+
 def summarize_model(pl_module: L.LightningModule, max_depth: int = -1) -> str:
     """Lightning's summary table of ``pl_module``, FLOPs for one image (``model_summary.txt``)."""
     try:
-        with measuring_one_image(pl_module):
-            return str(ModelSummary(pl_module, max_depth=max_depth))
+        with measuring_one_image(pl_module) as measured:
+            text = str(ModelSummary(pl_module, max_depth=max_depth))
     except Exception as error:  # noqa: BLE001 - a summary must not stop the run
         unmeasured = str(ModelSummary(pl_module, max_depth=max_depth))
         return f"FLOPs not measured: {type(error).__name__}: {error}\n{unmeasured}"
+    return text if measured else f"FLOPs not measured (not a SkiNet network, or sharded)\n{text}"
 
 
 class NetworkSummary(Callback):
@@ -77,16 +90,17 @@ class NetworkSummary(Callback):
         if not trainer.is_global_zero:
             return
         try:
-            with measuring_one_image(pl_module):
+            with measuring_one_image(pl_module) as measured:
                 summary = ModelSummary(pl_module, max_depth=self.max_depth)
                 columns = summary._get_summary_data()  # the In/Out sizes need the example
-            flops: int | None = summary.total_flops
         except Exception as error:  # noqa: BLE001 - a summary must not stop the run
             log.warning("the model summary could not measure the network's FLOPs: %s", error)
+            measured = False
             summary = ModelSummary(pl_module, max_depth=self.max_depth)
-            columns = [column for column in summary._get_summary_data() if column[0] != "FLOPs"]
-            flops = None
-        draw_summary(columns, summary, flops)
+            columns = summary._get_summary_data()
+        if not measured:
+            columns = [column for column in columns if column[0] != "FLOPs"]
+        draw_summary(columns, summary, summary.total_flops if measured else None)
 
 
 def draw_summary(
