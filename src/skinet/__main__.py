@@ -16,8 +16,8 @@ from skinet.runtime.allocator import reexec_with_malloc_env
 from skinet.runtime.pipes import (
     BROKEN_PIPE_EXIT,
     OutputClosed,
+    release_if_reader_gone,
     release_stdout,
-    stdout_reader_gone,
     stdout_released,
 )
 
@@ -50,10 +50,9 @@ def entry(subcommand: Sequence[str] = ()) -> int:
         raise
     except OutputClosed:
         return BROKEN_PIPE_EXIT
-    except BrokenPipeError:  # a print's
-        if not stdout_reader_gone():
+    except BrokenPipeError as error:  # a print's
+        if not release_if_reader_gone(error):
             raise
-        release_stdout()
         return BROKEN_PIPE_EXIT
     _flush_stdout()
     return BROKEN_PIPE_EXIT if stdout_released() else status

@@ -68,10 +68,18 @@ def stdout_reader_gone() -> bool:
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in ready)
 
 
+def release_if_reader_gone(error: BaseException | None) -> bool:
+    """Whether ``error`` is a ``BrokenPipeError`` of the standard output; if so, the output is
+    released first (:func:`release_stdout`)."""
+    if isinstance(error, BrokenPipeError) and stdout_reader_gone():
+        release_stdout()
+        return True
+    return False
+
+
 def close_output_for(error: BaseException | None) -> None:
     """Raise :class:`OutputClosed` if ``error`` is a ``BrokenPipeError`` of the standard output,
     after releasing it; else return. For the places that write a line of output and would
     otherwise report the error (a log handler, a rich console)."""
-    if isinstance(error, BrokenPipeError) and stdout_reader_gone():
-        release_stdout()
+    if release_if_reader_gone(error):
         raise OutputClosed from error

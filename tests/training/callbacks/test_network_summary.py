@@ -3,6 +3,7 @@ counted none: ``Total FLOPs: 0``), on the screen and in MLflow's ``model_summary
 
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from skinet.cli.main import main
 from skinet.config import parse_config
 from skinet.models import UNet2D
+from skinet.training.callbacks import summary
 from skinet.training.callbacks.summary import measuring_one_image
 from skinet.training.lightning_model import LightningModel
 
@@ -65,6 +67,31 @@ def test_a_run_in_double_precision_measures_its_flops_on_an_image_of_its_dtype(
     assert main(["train", "--config", str(config), "--no-visualize"]) == 0
     out = capsys.readouterr().out
     assert f"FLOPs: {_flops_of_one_image(tiny_raw)} for one image, forward" in out, out[-3000:]
+
+
+def test_a_fit_runs_one_measured_forward_for_the_screen_and_model_summary_txt(
+    tiny_raw: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measured: list[tuple[int, ...]] = []
+    forward = UNet2D.forward
+
+    def counting(self: UNet2D, images: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if images.shape[0] == 1 and not images.any():  # the summary's blank image, no batch's
+            measured.append(tuple(images.shape))
+        return forward(self, images, *args, **kwargs)
+
+    monkeypatch.setattr(UNet2D, "forward", counting)
+    tiny_raw["TRAIN_CONFIG"].update(max_epochs=1)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_raw))
+    assert main(["train", "--config", str(config), "--no-visualize"]) == 0
+    assert measured == [(1, 3, 32, 32)]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    text = Path(client.download_artifacts(run.info.run_id, "model_summary.txt", str(tmp_path)))
+    assert "model.encoder" in text.read_text()  # every layer, not only the printed depth
+    gc.collect()
+    assert not list(summary._measures)  # the measure keeps no module alive (a sweep's trials)
 
 
 def test_the_summary_leaves_the_network_as_it_found_it_even_when_it_fails(

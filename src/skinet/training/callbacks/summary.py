@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import lightning as L
 import torch
@@ -66,22 +68,96 @@ def _whole_here(pl_module: L.LightningModule) -> bool:
     return trainer is None or isinstance(trainer.strategy, SingleDeviceStrategy | DDPStrategy)
 
 
-def summarize_model(pl_module: L.LightningModule, max_depth: int = -1) -> str:
-    """Lightning's summary table of ``pl_module``, FLOPs for one image (``model_summary.txt``)."""
+@dataclass(frozen=True)
+class NetworkMeasure:
+    """Lightning's summary of every layer, made once (:func:`measure_network`). Plain data: it
+    keeps no reference to the module it measured."""
+
+    columns: list[tuple[str, list[str]]]
+    """Every layer's row: Lightning's ``(column name, cells)`` pairs, the sizes with them."""
+    text: str
+    """The summary as Lightning prints it (``model_summary.txt``)."""
+    totals: str
+    """One line of the totals: parameters, size, modules' modes and FLOPs for one image."""
+    flops: int | None
+    """FLOPs of one image through the network, forward; ``None``: not measured."""
+
+    def columns_to_depth(self, depth: int) -> list[tuple[str, list[str]]]:
+        """The rows of the modules at most ``depth`` levels down (``-1``: all), as a summary of
+        that ``max_depth`` has them; the FLOPs column only where measured."""
+        names = dict(self.columns)["Name"]
+        keep = [depth < 1 or name.count(".") < depth for name in names]
+        return [
+            (column, [cell for cell, kept in zip(cells, keep, strict=True) if kept])
+            for column, cells in self.columns
+            if self.flops is not None or column != "FLOPs"
+        ]
+
+
+_measures: WeakKeyDictionary[L.LightningModule, tuple[tuple[int, int], NetworkMeasure]] = (
+    WeakKeyDictionary()
+)
+"""Each module's last measure, with the fit it was made in (the Trainer and its step)."""
+
+
+def measure_network(pl_module: L.LightningModule) -> NetworkMeasure:
+    """Lightning's summary of every layer of ``pl_module``, FLOPs for one image
+    (:func:`measuring_one_image`). Made once per fit: the printed summary and
+    ``model_summary.txt`` read the same one, so the network runs one measured forward."""
+    trainer = getattr(pl_module, "_trainer", None)
+    fit = None if trainer is None else (id(trainer), trainer.global_step)
+    cached = _measures.get(pl_module)
+    if fit is not None and cached is not None and cached[0] == fit:
+        return cached[1]
     try:
         with measuring_one_image(pl_module) as measured:
-            text = str(ModelSummary(pl_module, max_depth=max_depth))
+            summary = ModelSummary(pl_module, max_depth=-1)
+            columns, text = summary._get_summary_data(), str(summary)  # sizes need the image
+        why = None if measured else "FLOPs not measured (not a SkiNet network, or sharded)"
     except Exception as error:  # noqa: BLE001 - a summary must not stop the run
-        unmeasured = str(ModelSummary(pl_module, max_depth=max_depth))
-        return f"FLOPs not measured: {type(error).__name__}: {error}\n{unmeasured}"
-    return text if measured else f"FLOPs not measured (not a SkiNet network, or sharded)\n{text}"
+        log.warning("the model summary could not measure the network's FLOPs: %s", error)
+        measured, summary = False, ModelSummary(pl_module, max_depth=-1)
+        columns, text = summary._get_summary_data(), str(summary)
+        why = f"FLOPs not measured: {type(error).__name__}: {error}"
+    flops = summary.total_flops if measured else None
+    measure = NetworkMeasure(
+        columns=columns,
+        text=text if why is None else f"{why}\n{text}",
+        totals=_totals(summary, flops),
+        flops=flops,
+    )
+    if fit is not None:
+        _measures[pl_module] = (fit, measure)
+    return measure
+
+
+def _totals(summary: ModelSummary, flops: int | None) -> str:
+    def count(number: Any) -> str:
+        return get_human_readable_count(int(number)).strip()
+
+    trainable = summary.trainable_parameters
+    modes = summary.total_training_modes
+    measured = "not measured" if flops is None else f"{count(flops)} for one image, forward"
+    return (
+        f"parameters: {count(trainable)} trainable, "
+        f"{count(summary.total_parameters - trainable)} frozen, "
+        f"{get_formatted_model_size(summary.model_size)} MB; "
+        f"modules: {modes['train']} in train mode, {modes['eval']} in eval mode; "
+        f"FLOPs: {measured}"
+    )
+
+
+def summarize_model(pl_module: L.LightningModule) -> str:
+    """Lightning's summary table of every layer of ``pl_module``, FLOPs for one image
+    (``model_summary.txt``)."""
+    return measure_network(pl_module).text
 
 
 class NetworkSummary(Callback):
     """At fit start, Lightning's model summary with the FLOPs, ``In sizes`` and ``Out sizes`` of
     one image through the network (:func:`measuring_one_image`), drawn on SkiNet's console (as
-    wide as a log line in a file or a pipe) without the rows that hold nothing to count (the
-    metrics: no parameters, no FLOPs). On the first process only."""
+    wide as a log line in a file or a pipe) to ``max_depth`` without the rows that hold nothing
+    to count (the metrics: no parameters, no FLOPs). On the first process only."""
 
     def __init__(self, max_depth: int = 1) -> None:
         self.max_depth = max_depth
@@ -89,24 +165,12 @@ class NetworkSummary(Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:
             return
-        try:
-            with measuring_one_image(pl_module) as measured:
-                summary = ModelSummary(pl_module, max_depth=self.max_depth)
-                columns = summary._get_summary_data()  # the In/Out sizes need the example
-        except Exception as error:  # noqa: BLE001 - a summary must not stop the run
-            log.warning("the model summary could not measure the network's FLOPs: %s", error)
-            measured = False
-            summary = ModelSummary(pl_module, max_depth=self.max_depth)
-            columns = summary._get_summary_data()
-        if not measured:
-            columns = [column for column in columns if column[0] != "FLOPs"]
-        draw_summary(columns, summary, summary.total_flops if measured else None)
+        measure = measure_network(pl_module)
+        draw_summary(measure.columns_to_depth(self.max_depth), measure.totals)
 
 
-def draw_summary(
-    columns: list[tuple[str, list[str]]], summary: ModelSummary, flops: int | None
-) -> None:
-    """Print the summary's table (``columns``, Lightning's) and a line of its totals."""
+def draw_summary(columns: list[tuple[str, list[str]]], totals: str) -> None:
+    """Print the summary's table (``columns``, Lightning's) and the line of its ``totals``."""
     from rich.table import Table
 
     from skinet.runtime.console import console
@@ -120,20 +184,6 @@ def draw_summary(
         cells = {name: cell.strip() for name, cell in zip(names, row, strict=True)}
         if cells["Params"] != "0" or cells.get("FLOPs", "0") != "0":
             table.add_row(*row)
-
-    def count(number: Any) -> str:
-        return get_human_readable_count(int(number)).strip()
-
-    trainable = summary.trainable_parameters
-    modes = summary.total_training_modes
-    measured = "not measured" if flops is None else f"{count(flops)} for one image, forward"
     drawn = console()
     drawn.print(table)
-    drawn.print(
-        f"parameters: {count(trainable)} trainable, "
-        f"{count(summary.total_parameters - trainable)} frozen, "
-        f"{get_formatted_model_size(summary.model_size)} MB; "
-        f"modules: {modes['train']} in train mode, {modes['eval']} in eval mode; "
-        f"FLOPs: {measured}",
-        highlight=False,
-    )
+    drawn.print(totals, highlight=False)
