@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing.process
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,11 @@ from skinet.config.experiment import ExperimentConfig, parse_config
 from skinet.datasets.layouts import ISIC2017_FOLDERS, ISIC2018_FOLDERS
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# The tests that press Ctrl-C send a command SIGINT. A shell starts a background job with SIGINT
+# ignored, and the commands it starts inherit that and would not stop; with Python's own handler
+# here, a started command gets the default, as from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 PROCESS_MARKER = "process"
