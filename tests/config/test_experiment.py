@@ -131,6 +131,10 @@ def test_cpu_budget_is_the_production_recipe_at_128_px_for_15_minutes() -> None:
         ("TRAIN_CONFIG", "scheduler_type"): "cosine_budget",
         ("TRAIN_CONFIG", "accelerator"): "cpu",
         ("TRAIN_CONFIG", "use_early_stopping"): False,
+        ("TRAIN_CONFIG", "checkpoint_config"): {
+            **main["TRAIN_CONFIG"]["checkpoint_config"],
+            "select": "last",  # the last epoch's weights: the end of the anneal
+        },
         ("DATA_CONFIG", "image_size"): 128,
         ("DATA_CONFIG", "test_fraction"): 0.0,
     }

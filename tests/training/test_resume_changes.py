@@ -40,6 +40,10 @@ def test_resume_refuses_each_change_it_would_not_apply(tiny_raw: dict[str, Any])
         ),
         "DATA_CONFIG.max_samples_per_split": (4, "DATA_CONFIG.max_samples_per_split: null -> 4"),
         "TRAIN_CONFIG.dice_reduction": ("image", "TRAIN_CONFIG.dice_reduction: batch -> image"),
+        "TRAIN_CONFIG.checkpoint_config": (
+            {"select": "last"},
+            "TRAIN_CONFIG.checkpoint_config.select: best -> last",
+        ),
         # lr_scheduler_config.mode follows SWEEP_CONFIG.direction
         "SWEEP_CONFIG.direction": ("minimize", "TRAIN_CONFIG.lr_scheduler_config.mode: max -> min"),
     }

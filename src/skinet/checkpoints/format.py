@@ -38,6 +38,9 @@ Format versions:
   calibration may also keep the threshold tuned each way (``threshold_without_tta``,
   ``threshold_with_tta``): ``--no-tta`` predicts at the first and ``--tta`` at the second;
   neither, at the one chosen.
+- **8**: the config schema ``CONFIG_SCHEMAS[8]``, which adds
+  ``TRAIN_CONFIG.checkpoint_config.select``. A format-7 config reads with it at its default
+  (``best``).
 
 A change to what the config accepts (a new field, choice or type) needs a new format version
 with its fingerprint in :data:`CONFIG_SCHEMAS`; ``tests/checkpoints/test_format.py`` fails until
@@ -62,13 +65,14 @@ __all__ = ["DEFAULT_THRESHOLD", "CheckpointError", "CheckpointPayload"]
 
 CHECKPOINT_KEY = "skinet"
 """Key of the checkpoint entry holding the :class:`CheckpointPayload`."""
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 """The format this version of SkiNet writes, and the newest it reads."""
 CONFIG_SCHEMAS = {
     4: "d8d8b3ad48cf4875",
     5: "ea12386e5e8a821f",
     6: "64b39b33aa70ab6d",
     7: "64b39b33aa70ab6d",
+    8: "657112ed969a8574",
 }
 """Fingerprint of the config schema (:func:`skinet.config.schema.config_schema_fingerprint`)
 that each format version writes; formats before 4 did not pin their schema."""

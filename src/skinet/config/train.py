@@ -53,6 +53,10 @@ class CheckpointConfig(Section):
     """Also write ``last.ckpt`` every epoch, for ``--resume last``."""
     filename: str = "best-{epoch:03d}"
     """File name pattern of the best checkpoints."""
+    select: Literal["best", "last"] = "best"
+    """Which epoch's weights the run keeps as its model (``best-epoch=NNN.ckpt``, the checkpoint
+    it tests, prints and logs): ``best`` on ``SWEEP_CONFIG.monitor``, or ``last``, the last
+    epoch's, for a schedule that anneals to the end of the run (``cosine_budget``)."""
 
 
 class LRSchedulerConfig(Section):
@@ -292,6 +296,16 @@ class TrainConfig(Section):
             raise ValueError(
                 "scheduler_type: cosine_budget anneals over the time budget: set "
                 "TRAIN_CONFIG.max_time (e.g. '00:00:15:00'), or use cosine_annealing (epochs)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_last_weights(self) -> TrainConfig:
+        if self.checkpoint_config.select == "last" and self.use_early_stopping:
+            raise ValueError(
+                "checkpoint_config.select: last keeps the last epoch's weights, but early "
+                "stopping ends the run `patience` epochs after the best one: set "
+                "use_early_stopping: false, or checkpoint_config.select: best"
             )
         return self
 

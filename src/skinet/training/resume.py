@@ -44,6 +44,7 @@ REFUSED: dict[str, tuple[str, ...] | None] = {
         "use_ema",
         "ema_config",
         "lr_scheduler_config.mode",  # ReduceLROnPlateau keeps its restored best under the old mode
+        "checkpoint_config.select",  # the kept checkpoint's rule: one model per run
     ),
     "DATA_CONFIG": (
         "dataset",

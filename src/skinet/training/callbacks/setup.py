@@ -111,11 +111,12 @@ def setup_logging_and_callbacks(
         )
     if train.use_checkpoint:
         ckpt = train.checkpoint_config
+        last = ckpt.select == "last"  # Lightning's way: the highest epoch is the best
         callbacks.append(
             ModelCheckpoint(
                 dirpath=run_dir / CHECKPOINT_DIR,
-                monitor=ckpt.monitor or cfg.sweep.monitor,
-                mode=ckpt.mode,
+                monitor="epoch" if last else ckpt.monitor or cfg.sweep.monitor,
+                mode="max" if last else ckpt.mode,
                 save_top_k=ckpt.save_top_k,
                 filename=ckpt.filename,
             )
