@@ -33,7 +33,10 @@ def test_select_last_keeps_tests_and_reports_the_last_epochs_weights(
     assert kept.name == "best-epoch=002.ckpt"
     assert sorted(p.name for p in kept.parent.glob("best-*.ckpt")) == [kept.name]
     assert metrics["metrics"]["best_epoch"] == 2
-    assert kept.name in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
+    assert kept.name in out and "(last epoch)" in out
+    card = (kept.parents[1] / "MODEL_CARD.md").read_text()
+    assert "The last epoch's weights kept" in card and "(epoch 2, 0-based)" in card
     weights = torch.load(kept, map_location="cpu", weights_only=True)["state_dict"]
     last = torch.load(kept.parent / "last.ckpt", map_location="cpu", weights_only=True)
     assert weights.keys() == last["state_dict"].keys()
@@ -48,3 +51,37 @@ def test_select_last_with_early_stopping_is_a_usage_error(
     said = caplog.text
     assert "checkpoint_config.select: last" in said and "use_early_stopping: false" in said, said
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").glob("*/checkpoints"))
+
+
+def test_a_resumed_select_last_run_keeps_its_new_last_epoch(
+    tiny_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    tiny_raw["TRAIN_CONFIG"].update(
+        max_epochs=1,
+        use_early_stopping=False,
+        use_mlflow_logger=False,
+        checkpoint_config={"select": "last"},
+    )
+    assert _train(tiny_raw, tmp_path) == 0
+    config = tmp_path / "tiny.yaml"
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(config),
+                "--resume",
+                "last",
+                "--no-visualize",
+                "--set",
+                "TRAIN_CONFIG.max_epochs=2",
+            ]
+        )
+        == 0
+    )
+    (folder,) = (tmp_path / "runs").glob("*/checkpoints")
+    assert sorted(p.name for p in folder.glob("best-*.ckpt")) == ["best-epoch=001.ckpt"]
+    kept = torch.load(folder / "best-epoch=001.ckpt", map_location="cpu", weights_only=True)
+    last = torch.load(folder / "last.ckpt", map_location="cpu", weights_only=True)
+    assert kept["epoch"] == last["epoch"] == 1
+    assert all(torch.equal(kept["state_dict"][k], v) for k, v in last["state_dict"].items())

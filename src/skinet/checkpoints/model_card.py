@@ -221,12 +221,12 @@ def _figure(value: float | None) -> str:
     return f"{value:.4f}"
 
 
-def _metrics_table(metrics: Mapping[str, float], monitor: str, swept: bool) -> list[str]:
+def _metrics_table(metrics: Mapping[str, float], monitor: str, swept: bool, kept: str) -> list[str]:
     names = [monitor] + sorted(k for k in metrics if k.startswith(("val_", "test_")))
     rows = ["| metric | value |", "|---|---|"]
     for name in dict.fromkeys(names):
         if name in metrics:
-            label = f"{name} (best epoch)" if name == monitor else name
+            label = f"{name} ({kept})" if name == monitor else name
             rows.append(f"| {label} | {_figure(metrics[name])} |")
     if swept and MetricsKey.VAL_THRESHOLD_USED.value in metrics:
         rows += [
@@ -269,19 +269,27 @@ def _loss_detail(cfg: ExperimentConfig) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def _validation_label(metrics: Mapping[str, float]) -> str:
+def _validation_label(metrics: Mapping[str, float], kept: str) -> str:
     epoch = metrics.get("best_epoch")
     if epoch is None:
         return "Validation metrics of the last epoch (no best checkpoint was kept)"
-    return f"Validation metrics of the best checkpoint (epoch {int(epoch)}, 0-based)"
+    which = kept.removesuffix(" epoch")  # best, last
+    return f"Validation metrics of the {which} checkpoint (epoch {int(epoch)}, 0-based)"
 
 
-def _evaluation_label(metrics: Mapping[str, Any], threshold: Threshold) -> str:
+def _evaluation_label(metrics: Mapping[str, Any], threshold: Threshold, kept: str) -> str:
     """The line above the metrics table: which validation epoch, and the test's threshold (a
     run without a test split says so instead)."""
     if MetricsKey.TEST_THRESHOLD_USED.value not in metrics:
-        return f"{_validation_label(metrics)}; no test split was scored:"
-    return f"{_validation_label(metrics)} and {_EVALUATED_AT} {_figure(threshold.value)}:"
+        return f"{_validation_label(metrics, kept)}; no test split was scored:"
+    return f"{_validation_label(metrics, kept)} and {_EVALUATED_AT} {_figure(threshold.value)}:"
+
+
+def _kept_line(cfg: ExperimentConfig, monitor: str) -> str:
+    if cfg.train.checkpoint_config.select == "last":
+        select = "`checkpoint_config.select: last`"
+        return f"- The last epoch's weights kept ({select}), not the best by `{monitor}`."
+    return f"- Best checkpoint chosen by `{monitor}` ({cfg.sweep.direction})."
 
 
 def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
@@ -358,13 +366,18 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         f"{'epoch' if train.max_epochs == 1 else 'epochs'}, precision "
         f"{_precision(train.precision, inputs.precision)}, seed {train.seed}, weight decay "
         f"{train.weight_decay}.",
-        f"- Best checkpoint chosen by `{inputs.monitor}` ({cfg.sweep.direction}).",
+        _kept_line(cfg, inputs.monitor),
         "",
         "## Evaluation",
         "",
-        _evaluation_label(metrics, threshold),
+        _evaluation_label(metrics, threshold, train.checkpoint_config.kept_epoch),
         "",
-        *_metrics_table(metrics, inputs.monitor, train.optimal_threshold is None),
+        *_metrics_table(
+            metrics,
+            inputs.monitor,
+            train.optimal_threshold is None,
+            train.checkpoint_config.kept_epoch,
+        ),
         "",
         "## How to reproduce",
         "",

@@ -44,7 +44,8 @@ def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     monitor = cfg.sweep.monitor
-    table.add_row(f"{monitor} (best)", f"{metrics.get(monitor, float('nan')):.4f}")
+    kept = cfg.train.checkpoint_config.kept_epoch
+    table.add_row(f"{monitor} ({kept})", f"{metrics.get(monitor, float('nan')):.4f}")
     for name in HEADLINE_METRICS:
         if name in metrics and name != monitor:
             table.add_row(name, f"{metrics[name]:.4f}")

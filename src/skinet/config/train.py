@@ -41,14 +41,15 @@ class EarlyStoppingConfig(Section):
 
 
 class CheckpointConfig(Section):
-    """Lightning ``ModelCheckpoint`` on the propagated ``SWEEP_CONFIG.monitor``."""
+    """Lightning ``ModelCheckpoint`` on the propagated ``SWEEP_CONFIG.monitor``, or on the epoch
+    with ``select: last``."""
 
     monitor: str | None = None
-    """Set from ``SWEEP_CONFIG.monitor``; do not set it here."""
+    """Set from ``SWEEP_CONFIG.monitor``; do not set it here (unused with ``select: last``)."""
     mode: Literal["max", "min"] = "max"
-    """Set from ``SWEEP_CONFIG.direction``."""
+    """Set from ``SWEEP_CONFIG.direction`` (unused with ``select: last``)."""
     save_top_k: int = Field(1, ge=-1)
-    """How many best checkpoints to keep (-1 keeps all)."""
+    """How many best checkpoints to keep (-1 keeps all; the latest epochs with ``select: last``)."""
     save_last: bool = True
     """Also write ``last.ckpt`` every epoch, for ``--resume last``."""
     filename: str = "best-{epoch:03d}"
@@ -57,6 +58,11 @@ class CheckpointConfig(Section):
     """Which epoch's weights the run keeps as its model (``best-epoch=NNN.ckpt``, the checkpoint
     it tests, prints and logs): ``best`` on ``SWEEP_CONFIG.monitor``, or ``last``, the last
     epoch's, for a schedule that anneals to the end of the run (``cosine_budget``)."""
+
+    @property
+    def kept_epoch(self) -> str:
+        """The kept checkpoint's epoch in words: ``best epoch`` or ``last epoch``."""
+        return f"{self.select} epoch"
 
 
 class LRSchedulerConfig(Section):

@@ -23,11 +23,20 @@ log = logging.getLogger(__name__)
 
 OUT_OF_FOLD = "out_of_fold"
 """Folder of the out-of-fold evaluation in a cv folder."""
-OOF_SELECTION = (
-    "optimistic: each fold's best epoch and threshold were chosen on the validation chunk it "
-    "is scored on; single fold models, not their ensemble (the test split is unbiased)"
-)
-"""What the out-of-fold figures are, in their report."""
+
+
+def oof_selection(cfg: ExperimentConfig) -> str:
+    """What the out-of-fold figures are, in their report: what each fold chose on the chunk it
+    is scored on (its best epoch, unless ``checkpoint_config.select: last``, and threshold)."""
+    chosen = (
+        "threshold was"
+        if cfg.train.checkpoint_config.select == "last"
+        else "best epoch and threshold were"
+    )
+    return (
+        f"optimistic: each fold's {chosen} chosen on the validation chunk it is scored on; "
+        "single fold models, not their ensemble (the test split is unbiased)"
+    )
 
 
 def score_out_of_fold(
@@ -62,7 +71,7 @@ def score_out_of_fold(
     _, splits = index_dataset(cfg)
     by_id = {s.id: s for name in ("train", "val") for s in splits.get(name, [])}
     pooled = EvaluationResult(
-        info={"kind": "out-of-fold", "cv_folder": str(cv_dir), "selection": OOF_SELECTION}
+        info={"kind": "out-of-fold", "cv_folder": str(cv_dir), "selection": oof_selection(cfg)}
     )
     thresholds = {}
     tuners: list[MapTuner] = []  # without flips; with them (tune_tta)

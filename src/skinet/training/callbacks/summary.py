@@ -11,6 +11,7 @@ compiled network swapped for the one it wraps.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,10 +84,10 @@ class NetworkMeasure:
     """FLOPs of one image through the network, forward; ``None``: not measured."""
 
     def columns_to_depth(self, depth: int) -> list[tuple[str, list[str]]]:
-        """The rows of the modules at most ``depth`` levels down (``-1``: all), as a summary of
-        that ``max_depth`` has them; the FLOPs column only where measured."""
+        """The rows of the modules at most ``depth`` levels down (``-1``: all, ``0``: none), as
+        a summary of that ``max_depth`` has them; the FLOPs column only where measured."""
         names = dict(self.columns)["Name"]
-        keep = [depth < 1 or name.count(".") < depth for name in names]
+        keep = [depth < 0 or name.count(".") < depth for name in names]
         return [
             (column, [cell for cell, kept in zip(cells, keep, strict=True) if kept])
             for column, cells in self.columns
@@ -94,21 +95,22 @@ class NetworkMeasure:
         ]
 
 
-_measures: WeakKeyDictionary[L.LightningModule, tuple[tuple[int, int], NetworkMeasure]] = (
-    WeakKeyDictionary()
-)
-"""Each module's last measure, with the fit it was made in (the Trainer and its step)."""
+_measures: WeakKeyDictionary[
+    L.LightningModule, tuple[weakref.ref[L.Trainer], int, NetworkMeasure]
+] = WeakKeyDictionary()
+"""Each module's last measure, with the fit it was made in (its Trainer and step)."""
 
 
 def measure_network(pl_module: L.LightningModule) -> NetworkMeasure:
     """Lightning's summary of every layer of ``pl_module``, FLOPs for one image
     (:func:`measuring_one_image`). Made once per fit: the printed summary and
     ``model_summary.txt`` read the same one, so the network runs one measured forward."""
-    trainer = getattr(pl_module, "_trainer", None)
-    fit = None if trainer is None else (id(trainer), trainer.global_step)
+    trainer: L.Trainer | None = getattr(pl_module, "_trainer", None)
     cached = _measures.get(pl_module)
-    if fit is not None and cached is not None and cached[0] == fit:
-        return cached[1]
+    if trainer is not None and cached is not None:
+        made_by, step, measure = cached
+        if step == trainer.global_step and made_by() is trainer:
+            return measure
     try:
         with measuring_one_image(pl_module) as measured:
             summary = ModelSummary(pl_module, max_depth=-1)
@@ -126,8 +128,8 @@ def measure_network(pl_module: L.LightningModule) -> NetworkMeasure:
         totals=_totals(summary, flops),
         flops=flops,
     )
-    if fit is not None:
-        _measures[pl_module] = (fit, measure)
+    if trainer is not None:
+        _measures[pl_module] = (weakref.ref(trainer), trainer.global_step, measure)
     return measure
 
 
