@@ -26,6 +26,8 @@ def test_select_last_keeps_tests_and_reports_the_last_epochs_weights(
     tiny_raw["TRAIN_CONFIG"].update(
         max_epochs=3, use_early_stopping=False, checkpoint_config={"select": "last"}
     )
+    # The monitor's best is the first epoch (the highest validation loss), not the last.
+    tiny_raw["SWEEP_CONFIG"] = {"monitor": "val_loss", "direction": "maximize"}
     assert _train(tiny_raw, tmp_path) == 0
     (metrics_file,) = (tmp_path / "runs").glob("*/metrics.json")
     metrics = json.loads(metrics_file.read_text())

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from weakref import WeakKeyDictionary
 
 import lightning as L
 import torch
@@ -95,9 +94,9 @@ class NetworkMeasure:
         ]
 
 
-_measures: WeakKeyDictionary[
+_measures: weakref.WeakKeyDictionary[
     L.LightningModule, tuple[weakref.ref[L.Trainer], int, NetworkMeasure]
-] = WeakKeyDictionary()
+] = weakref.WeakKeyDictionary()
 """Each module's last measure, with the fit it was made in (its Trainer and step)."""
 
 
