@@ -9,7 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from tests.helpers.inference import run_cli, write_mask
+from tests.helpers.inference import run_cli, write_mask, write_rgb
 
 from skinet.evaluation.mask_folders import evaluate_mask_folders, mask_id
 from skinet.metrics.masks import MaskMetrics, compute_mask_metrics, summarize_metrics
@@ -439,3 +439,42 @@ def test_a_folder_of_images_the_model_trained_on_is_flagged(
     assert f"{len(trained_on)} of its {len(trained_on)} image(s)" in caplog.text
     held_out = json.loads((tmp_path / "r" / "held_out" / "summary.json").read_text())
     assert "seen_in_training" not in held_out  # the test split: never trained on
+
+
+def test_probability_hooks_get_each_way_in_the_same_pass_and_leave_the_scores_alone(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
+    """A hook per way of predicting (flips off or on) gets that way's maps; the scores stay
+    the predictor's own way's, and a plain callable still gets those."""
+    from skinet.datasets.layouts import Sample
+    from skinet.evaluation.evaluate import evaluate_predictor
+    from skinet.inference.predictor import Predictor
+
+    samples = []
+    for i in range(5):  # more than one batch of 2
+        image = write_rgb(tmp_path / f"im{i}.png", 40 + 3 * i, 52, seed=i)
+        write_mask(tmp_path / f"im{i}_mask.png", image[..., 0] > 150)
+        samples.append(Sample(f"im{i}", tmp_path / f"im{i}.png", tmp_path / f"im{i}_mask.png"))
+    predictor = Predictor.from_checkpoint(trained_checkpoint, device="cpu", tta=False)
+    predictor.batch_size = 2
+    plain = evaluate_predictor(predictor, samples, progress=False)
+    seen: dict[bool, list[np.ndarray]] = {False: [], True: []}
+    hooks = {way: (lambda probs, _mask, way=way: seen[way].append(probs)) for way in seen}
+    both = evaluate_predictor(predictor, samples, progress=False, on_probabilities=hooks)
+    assert both.metrics == plain.metrics and predictor.tta is False
+    own: list[np.ndarray] = []
+    evaluate_predictor(
+        predictor, samples, progress=False, on_probabilities=lambda p, _: own.append(p)
+    )
+    flipped = Predictor.from_checkpoint(trained_checkpoint, device="cpu", tta=True)
+    images = [cv2.cvtColor(cv2.imread(str(s.image_path)), cv2.COLOR_BGR2RGB) for s in samples]
+    expected = {
+        False: predictor.predict_proba_batch(images),
+        True: flipped.predict_proba_batch(images),
+    }
+    assert not np.allclose(expected[False][0], expected[True][0])  # the ways differ here
+    for way in (False, True):
+        for got, want in zip(seen[way], expected[way], strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-6)
+    for got, want in zip(own, expected[False], strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)

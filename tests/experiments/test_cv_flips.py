@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from skinet.cli.main import main
 from skinet.config.experiment import parse_config
 from skinet.datasets.locate import index_dataset
 from skinet.datasets.splits import read_split_file
+from skinet.evaluation import evaluate, tuning
 from skinet.evaluation.evaluate import read_labelled
 from skinet.experiments.cv import cv_folder
 from skinet.inference.export import sidecar_path
@@ -171,12 +173,23 @@ def test_cv_chooses_flips_out_of_fold_when_clearly_better_and_predict_follows(
 
 
 def test_cv_keeps_flips_off_when_they_do_not_pay_out_of_fold(
-    cv_setup: tuple[dict[str, Any], Path, Path], tmp_path: Path
+    cv_setup: tuple[dict[str, Any], Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     raw, config, cv_dir = cv_setup
     assert _draw_masks(cv_dir, raw, tta=False) >= 6
+    reads: Counter[str] = Counter()
+
+    def counted_read(sample: Any) -> Any:
+        reads[sample.id] += 1
+        return read_labelled(sample)
+
+    for module in (evaluate, tuning):
+        monkeypatch.setattr(module, "read_labelled", counted_read)
     argv = ["cv", "--config", str(config), "--folds", str(FOLDS), "--tune-tta"]
     assert main(argv) == 0
+    # The out-of-fold pass scores and tunes both ways on each image read once.
+    out_of_fold = [s.id for _, samples in _out_of_fold(cv_dir, raw) for s in samples]
+    assert len(out_of_fold) >= 8 and {reads[i] for i in out_of_fold} == {1}, reads
     record = _record(cv_dir)
     assert record["tta"] is False and record["tta_gain"] < 0
     assert record["value"] == record["threshold_without_tta"]

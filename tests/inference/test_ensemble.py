@@ -50,6 +50,16 @@ def test_ensemble_probabilities_are_the_mean_of_the_members(
     for got, a, b in zip(ensemble.predict_proba_batch(images), first, second, strict=True):
         np.testing.assert_allclose(got, (a + b) / 2, atol=1e-6)
     assert ensemble.threshold == pytest.approx((members[0].threshold + members[1].threshold) / 2)
+    # The other way, asked for one batch (as tuning with and without flips does), is the mean
+    # of the members' other way, and the ensemble's own way is left as it was.
+    prepared = [ensemble.prepare(image) for image in images]
+    other = ensemble.forward_prepared(prepared, tta=not tta)
+    for member in members:
+        member.tta = not tta
+    first, second = (m.predict_proba_batch(images) for m in members)
+    assert ensemble.tta is tta
+    for probs, (_, placement), a, b in zip(other, prepared, first, second, strict=True):
+        np.testing.assert_allclose(ensemble.restore(probs, placement), (a + b) / 2, atol=1e-6)
 
 
 def test_members_with_another_preprocessing_are_refused(

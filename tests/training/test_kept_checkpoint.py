@@ -35,7 +35,10 @@ def test_select_last_keeps_tests_and_reports_the_last_epochs_weights(
     assert kept.name == "best-epoch=002.ckpt"
     assert sorted(p.name for p in kept.parent.glob("best-*.ckpt")) == [kept.name]
     assert metrics["metrics"]["best_epoch"] == 2
-    out = " ".join(capsys.readouterr().out.split())
+    printed = capsys.readouterr().out
+    assert f"last checkpoint:  {kept}" in printed.splitlines()
+    assert "best checkpoint:" not in printed
+    out = " ".join(printed.split())
     assert kept.name in out and "(last epoch)" in out
     card = (kept.parents[1] / "MODEL_CARD.md").read_text()
     assert "The last epoch's weights kept" in card and "(epoch 2, 0-based)" in card

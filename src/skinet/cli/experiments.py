@@ -251,7 +251,8 @@ def add_experiment_subcommands(subparsers: Any) -> None:
         action="store_true",
         help="also decide flips at prediction time for the folds' ensemble: tune its threshold "
         "on the out-of-fold images with and without them, keep them only when their gain is "
-        "clear (as evaluate --tune-tta); a second pass, 4x the compute. Run again on a "
+        "clear (as evaluate --tune-tta); each image is read once and predicted both ways, "
+        "4x the model compute with flips. Run again on a "
         "finished cv to decide without retraining",
     )
     cv.set_defaults(func=run_cv_command)

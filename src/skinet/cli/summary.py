@@ -58,7 +58,9 @@ def print_run_summary(cfg: ExperimentConfig, result: RunResult) -> None:
     )
     # Paths print whole (no wrap, no markup): a reader copies them, and "[...]" is a name.
     out.print(f"run folder:       {result.run_dir}", markup=False, soft_wrap=True)
-    out.print(f"best checkpoint:  {result.best_checkpoint}", markup=False, soft_wrap=True)
+    # "best checkpoint:" or "last checkpoint:", the epoch checkpoint_config.select keeps.
+    label = f"{cfg.train.checkpoint_config.select} checkpoint:"
+    out.print(f"{label}  {result.best_checkpoint}", markup=False, soft_wrap=True)
     if result.mlflow_run_id:
         out.print(f"MLflow run id:    {result.mlflow_run_id}")
     if cfg.train.use_mlflow_logger:

@@ -11,7 +11,7 @@ import csv
 import json
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,9 @@ from skinet.metrics.surface import (
 )
 
 log = logging.getLogger(__name__)
+
+ProbabilityHook = Callable[[np.ndarray, np.ndarray], None]
+"""Called with an image's probability map ``(H, W)`` and its mask."""
 
 PER_IMAGE_FILE = "per_image.csv"
 SUMMARY_FILE = "summary.json"
@@ -116,7 +119,7 @@ def evaluate_predictor(
     pixel_spacing_mm: float | Sequence[float] | None = None,
     gallery_size: int = 0,
     gallery_order: str = "jaccard",
-    on_probabilities: Callable[[np.ndarray, np.ndarray], None] | None = None,
+    on_probabilities: ProbabilityHook | Mapping[bool, ProbabilityHook] | None = None,
 ) -> EvaluationResult:
     """Predict every sample at its original resolution and score it against its mask.
 
@@ -129,19 +132,30 @@ def evaluate_predictor(
         gallery_size: Keep the this many worst images for ``failure_gallery.png`` (0: none).
         gallery_order: Worst by ``jaccard`` or by ``area_ratio`` (:data:`GALLERY_ORDERS`).
         on_probabilities: Called with each scored image's probabilities ``(H, W)`` and mask,
-            before thresholding (to tune a threshold in the same pass).
+            before thresholding (to tune a threshold in the same pass). A mapping from a way of
+            predicting (``tta`` off or on) to a hook gives each hook that way's probabilities,
+            e.g. to judge flips in the same pass: each image is read and preprocessed once.
     """
     from rich.progress import MofNCompleteColumn, Progress
 
     result = new_result(pixel_spacing_mm, gallery_size, gallery_order)
     batch: list[tuple[Sample, np.ndarray, np.ndarray]] = []
 
+    if callable(on_probabilities):
+        on_probabilities = {predictor.tta: on_probabilities}
+    hooks = dict(on_probabilities or {})
+
     def flush() -> None:
-        probabilities = predictor.predict_proba_batch([image for _, image, _ in batch])
-        for (sample, image, target), probs in zip(batch, probabilities, strict=True):
-            if on_probabilities is not None:
-                on_probabilities(probs, target)
-            score_pair(result, sample.id, predictor.binarize(probs), target, image)
+        prepared = [predictor.prepare(image) for _, image, _ in batch]
+        ways = {predictor.tta, *hooks}
+        maps = {tta: predictor.forward_prepared(prepared, tta=tta) for tta in ways}
+        for i, ((sample, image, target), (_, placement)) in enumerate(
+            zip(batch, prepared, strict=True)
+        ):
+            probs = {tta: predictor.restore(maps[tta][i], placement) for tta in ways}
+            for tta, hook in hooks.items():
+                hook(probs[tta], target)
+            score_pair(result, sample.id, predictor.binarize(probs[predictor.tta]), target, image)
         batch.clear()
 
     columns = (*Progress.get_default_columns()[:2], MofNCompleteColumn())

@@ -50,13 +50,14 @@ def plot_learning_curves(
     learning_rates: Mapping[int, float] | None = None,
     best_label: str = "best epoch",
 ) -> Figure | None:
-    """Train/val loss, Dice and IoU per epoch, the learning rate, and the best epoch marked.
+    """Train/val loss, Dice and IoU per epoch, the learning rate, and the kept epoch marked.
 
     Args:
         history: Per-epoch values of the :data:`CURVES` keys.
-        best_epoch: Epoch of the best checkpoint; a dashed line in every panel.
+        best_epoch: Epoch of the kept checkpoint (the best, or the last with
+            ``select: last``); a dashed line in every panel.
         learning_rates: Learning rate per epoch (first parameter group); a fourth panel.
-        best_label: Legend text of the best-epoch line.
+        best_label: Legend text of that line.
 
     Returns:
         The figure, or ``None`` before any epoch finished.

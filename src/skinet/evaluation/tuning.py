@@ -145,7 +145,7 @@ def _tune_ways(
 ) -> list[TunedThreshold]:
     """:func:`tune_threshold` once per way of predicting (``tta`` off or on), each with its
     ``references`` entry, in one pass over the images: each is read and preprocessed once.
-    ``predictor.tta`` is left as it was."""
+    ``predictor.tta`` is not changed."""
     tuners = [MapTuner(selection, reference) for reference in references]
     failures = feed_ways(predictor, samples, ways, tuners)
     try:
@@ -171,28 +171,22 @@ def feed_ways(
 ) -> dict[str, str]:
     """Feed each of ``tuners`` every sample's probabilities predicted its way (``tta`` off or
     on, ``ways`` in the same order), reading and preprocessing each image once; the images
-    left out (:func:`~skinet.evaluation.evaluate.read_labelled`), with the reason.
-    ``predictor.tta`` is left as it was."""
+    left out (:func:`~skinet.evaluation.evaluate.read_labelled`), with the reason."""
     failures: dict[str, str] = {}
-    was = predictor.tta
-    try:
-        for start in range(0, len(samples), predictor.batch_size):
-            pairs = []
-            for sample in samples[start : start + predictor.batch_size]:
-                try:
-                    pairs.append(read_labelled(sample))
-                except UnscorableImage as error:  # a failure in the evaluation's reports too
-                    failures[sample.id] = str(error)
-            if not pairs:
-                continue
-            prepared = [predictor.prepare(image) for image, _ in pairs]
-            for tta, tuner in zip(ways, tuners, strict=True):
-                predictor.tta = tta
-                probs = predictor.forward_prepared(prepared)
-                for prob, (_, placement), (_, mask) in zip(probs, prepared, pairs, strict=True):
-                    tuner.update(predictor.restore(prob, placement), mask)
-    finally:
-        predictor.tta = was
+    for start in range(0, len(samples), predictor.batch_size):
+        pairs = []
+        for sample in samples[start : start + predictor.batch_size]:
+            try:
+                pairs.append(read_labelled(sample))
+            except UnscorableImage as error:  # a failure in the evaluation's reports too
+                failures[sample.id] = str(error)
+        if not pairs:
+            continue
+        prepared = [predictor.prepare(image) for image, _ in pairs]
+        for tta, tuner in zip(ways, tuners, strict=True):
+            probs = predictor.forward_prepared(prepared, tta=tta)
+            for prob, (_, placement), (_, mask) in zip(probs, prepared, pairs, strict=True):
+                tuner.update(predictor.restore(prob, placement), mask)
     return failures
 
 
@@ -242,7 +236,7 @@ def choose_flips(
     one pass over the images) and keep flips only when their gain is clear
     (:class:`FlipChoice`). ``reference``: what ``guarded`` keeps, one for both ways or one
     per way (without flips, with them: a calibration that kept each way's threshold).
-    ``predictor.tta`` is left as it was.
+    ``predictor.tta`` is not changed.
 
     Raises:
         DatasetError: no image could be read.

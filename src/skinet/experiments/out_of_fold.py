@@ -57,12 +57,11 @@ def score_out_of_fold(
     The same pass chooses the ensemble's threshold on the pooled out-of-fold probabilities
     (:func:`ensemble_tuner`): one choice on every training image instead of the mean
     of the folds' choices, each made on one chunk. With ``tune_tta`` the threshold is tuned
-    with flips too (a second pass over the images) and flips are kept only when their gain is
-    clear (:func:`~skinet.evaluation.tuning.judge_flips`). Returns the summary, with the
-    choice under ``ensemble_threshold`` (``None`` when a fold has no best checkpoint).
+    with flips too (in the same pass: each image is read once) and flips are kept only when
+    their gain is clear (:func:`~skinet.evaluation.tuning.judge_flips`). Returns the summary,
+    with the choice under ``ensemble_threshold`` (``None`` when a fold has no best checkpoint).
     """
     from skinet.evaluation.evaluate import EvaluationResult, evaluate_predictor, write_evaluation
-    from skinet.evaluation.tuning import feed_ways
     from skinet.inference.predictor import Predictor
 
     if any(checkpoints.get(fold) is None for fold in range(1, len(fold_splits) + 1)):
@@ -81,11 +80,9 @@ def score_out_of_fold(
         if not tuners and cfg.train.optimal_threshold is None:
             tuners = [ensemble_tuner(predictor.config) for _ in range(2 if tune_tta else 1)]
         chunk = [by_id[i] for i in ids["val"]]
-        part = evaluate_predictor(
-            predictor, chunk, progress=False, on_probabilities=tuners[0].update if tuners else None
-        )
-        if len(tuners) == 2:
-            feed_ways(predictor, chunk, (True,), tuners[1:])
+        # Without flips, and with them (tune_tta): tuners[tta].
+        hooks = {bool(tta): tuner.update for tta, tuner in enumerate(tuners)}
+        part = evaluate_predictor(predictor, chunk, progress=False, on_probabilities=hooks)
         for name in ("metrics", "surface", "sizes", "failures"):
             getattr(pooled, name).update(getattr(part, name))
     pooled.info["fold_thresholds"] = thresholds

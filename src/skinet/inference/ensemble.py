@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -231,13 +230,9 @@ class EnsemblePredictor(Predictor):
             **kwargs,
         )
 
-    @torch.inference_mode()
-    def _forward(self, batch: np.ndarray) -> np.ndarray:
-        images = torch.from_numpy(batch).to(self.device)
-        if self.channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        probs = torch.stack([predict_probs(m, images, tta=self.tta) for m in self.members])
-        return probs.mean(dim=0)[:, 0].float().cpu().numpy()
+    def _probabilities(self, images: Tensor, tta: bool) -> Tensor:
+        """The members' mean probabilities ``(N, 1, S, S)``."""
+        return torch.stack([predict_probs(m, images, tta=tta) for m in self.members]).mean(dim=0)
 
 
 def build_predictor(

@@ -164,12 +164,15 @@ class Predictor:
         return self.normalizer(placed), placement
 
     @torch.inference_mode()
-    def _forward(self, batch: np.ndarray) -> np.ndarray:
+    def _forward(self, batch: np.ndarray, tta: bool) -> np.ndarray:
         images = torch.from_numpy(batch).to(self.device)
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
-        probs = predict_probs(self.model, images, tta=self.tta)
-        return probs[:, 0].float().cpu().numpy()
+        return self._probabilities(images, tta)[:, 0].float().cpu().numpy()
+
+    def _probabilities(self, images: torch.Tensor, tta: bool) -> torch.Tensor:
+        """The model's probabilities ``(N, 1, S, S)`` for a batch on its device."""
+        return predict_probs(self.model, images, tta=tta)
 
     def predict_proba_batch(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Probability maps float32 ``(H_i, W_i)`` for RGB images of any sizes."""
@@ -182,13 +185,18 @@ class Predictor:
                 out.append(self.restore(probs, placement))
         return out
 
-    def forward_prepared(self, prepared: Sequence[tuple[np.ndarray, Placement]]) -> np.ndarray:
+    def forward_prepared(
+        self, prepared: Sequence[tuple[np.ndarray, Placement]], tta: bool | None = None
+    ) -> np.ndarray:
         """The model's probabilities ``(N, S, S)`` for :meth:`prepare` results (one batch).
 
         With :meth:`prepare` and :meth:`restore` this is :meth:`predict_proba_batch` in three
-        steps, so a caller can run the CPU steps in other threads while the model runs.
+        steps, so a caller can run the CPU steps in other threads while the model runs, or
+        predict the same prepared batch both ways. ``tta``: with flips or not (``None``: as
+        :attr:`tta`).
         """
-        return self._forward(np.stack([chw for chw, _ in prepared]))
+        batch = np.stack([chw for chw, _ in prepared])
+        return self._forward(batch, self.tta if tta is None else tta)
 
     @staticmethod
     def restore(probs: np.ndarray, placement: Placement) -> np.ndarray:

@@ -164,7 +164,7 @@ def check_resume(checkpoint_path: Path, max_epochs: int, run_dir: Path) -> dict[
     if done >= max_epochs:
         if not (run_dir / METRICS_FILE).is_file():
             log.info(
-                "training of %s already ended after %d epoch(s); testing its best checkpoint "
+                "training of %s already ended after %d epoch(s); testing its kept checkpoint "
                 "to finish the run",
                 run_dir.name,
                 done,

@@ -343,7 +343,7 @@ def best_epoch_metrics(trainer: L.Trainer, history: EpochMetricsHistory) -> dict
         return last
     if best.epoch not in history.history:
         log.warning(
-            "no recorded metrics for the best epoch %d; reporting the last epoch's", best.epoch
+            "no recorded metrics for the kept epoch %d; reporting the last epoch's", best.epoch
         )
         return last
     rest = {k: v for k, v in last.items() if not k.startswith("val_")}

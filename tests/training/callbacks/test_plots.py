@@ -106,3 +106,27 @@ def test_bad_arguments_are_rejected(tmp_path: Path) -> None:
         TrainingPlotsCallback(tmp_path, EpochMetricsHistory(), mean=(0.5, 0.5, 0.5))
     with pytest.raises(ValueError, match="num_images"):
         TrainingPlotsCallback(tmp_path, EpochMetricsHistory(), num_images=0)
+
+
+@pytest.mark.parametrize("kept_epoch", ["best epoch", "last epoch"])
+def test_the_plots_name_the_epoch_the_run_keeps(
+    tmp_path: Path, seg_model_cls: Any, loaders: Any, trainer_factory: Any, kept_epoch: str
+) -> None:
+    """Under ``select: last`` the marked epoch is the last one kept, not a best checkpoint."""
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="epoch", mode="max")
+    history = EpochMetricsHistory()
+    callback = TrainingPlotsCallback(
+        tmp_path / "plots", history, mean=(0.0,) * 3, std=(1.0,) * 3, kept_epoch=kept_epoch
+    )
+    trainer = trainer_factory([], [checkpoint, callback, history], max_epochs=3)
+    trainer.fit(seg_model_cls(), *loaders)
+
+    assert callback.from_checkpoint and callback.reported_epoch == 2
+    curves = callback.plot_learning_curves()
+    assert curves is not None
+    labels = {label for ax in curves.axes for label in ax.get_legend_handles_labels()[1]}
+    assert f"{kept_epoch} kept (epoch 2, 0-based)" in labels
+    assert not any("best checkpoint" in label for label in labels)
+    threshold = callback.plot_threshold_curve()
+    assert threshold is not None
+    assert threshold.axes[0].get_title().endswith(f"(epoch 2, {kept_epoch} kept)")

@@ -262,6 +262,18 @@ def test_callbacks_follow_config(tmp_path: Path, config_factory: Any, shared_sto
     assert [c for c in callbacks if isinstance(c, ModelCheckpoint)] == [ckpt]
 
 
+@pytest.mark.parametrize("select", ["best", "last"])
+def test_the_plots_are_told_which_epoch_the_run_keeps(
+    tmp_path: Path, config_factory: Any, select: str
+) -> None:
+    cfg = config_factory(
+        use_mlflow_logger=False, use_early_stopping=False, checkpoint_config={"select": select}
+    )
+    _, callbacks = setup_logging_and_callbacks(cfg, tmp_path / "run", "run")
+    (plots,) = [c for c in callbacks if isinstance(c, TrainingPlotsCallback)]
+    assert plots.kept_epoch == f"{select} epoch"
+
+
 def test_save_last_adds_an_unmonitored_checkpoint_every_epoch(
     tmp_path: Path, config_factory: Any
 ) -> None:

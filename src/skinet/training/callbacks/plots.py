@@ -1,7 +1,7 @@
 """Learning curves, Dice-vs-threshold and the worst validation predictions, written at fit end.
 
 The records drawn are the run's own (:class:`~skinet.training.callbacks.epoch_history.
-EpochMetricsHistory`); this callback scores the best checkpoint's validation predictions and
+EpochMetricsHistory`); this callback scores the kept checkpoint's validation predictions and
 hands everything to the drawing, :mod:`skinet.evaluation.figures`.
 """
 
@@ -68,12 +68,13 @@ class TrainingPlotsCallback(Callback):
     """Draw the training plots to ``plot_dir`` at fit end from the run's epoch records.
 
     Everything drawn comes from ``history`` (an :class:`EpochMetricsHistory` among the trainer's
-    callbacks): the per-epoch metrics, learning rates, threshold sweeps and the best checkpoint.
-    The *reported epoch* is the best checkpoint's (the first monitored ``ModelCheckpoint``'s);
-    without one it is the last validated epoch. The PNGs go to every MLflow logger (``plots/``).
+    callbacks): the per-epoch metrics, learning rates, threshold sweeps and the kept checkpoint.
+    The *reported epoch* is the kept checkpoint's (the first monitored ``ModelCheckpoint``'s: the
+    best epoch, or the last with ``select: last``); without one it is the last validated epoch.
+    The PNGs go to every MLflow logger (``plots/``).
 
     - ``learning_curves.png``: train/val loss, Dice and IoU per epoch and the learning rate
-      (first parameter group) per epoch, with the best checkpoint's epoch marked;
+      (first parameter group) per epoch, with the kept checkpoint's epoch marked;
     - ``dice_vs_threshold.png``: the validation threshold sweep of the reported epoch, with the
       chosen threshold marked; with a fixed threshold only that threshold and its Dice;
     - ``val_predictions.png``: the ``num_images`` validation images with the lowest Jaccard under
@@ -89,6 +90,8 @@ class TrainingPlotsCallback(Callback):
             whose raw images are shown instead.
         std: Per-channel standard deviation matching ``mean``.
         num_images: Validation images in the failure grid.
+        kept_epoch: The kept checkpoint's epoch in words, as the legends and titles name it
+            (``CheckpointConfig.kept_epoch``: ``best epoch`` or ``last epoch``).
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class TrainingPlotsCallback(Callback):
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         num_images: int = 8,
+        kept_epoch: str = "best epoch",
     ) -> None:
         if (mean is None) != (std is None):
             raise ValueError("mean and std must be given together")
@@ -108,6 +112,7 @@ class TrainingPlotsCallback(Callback):
         self.mean = mean
         self.std = std
         self.num_images = num_images
+        self.kept_epoch = kept_epoch
         self.reported_epoch: int | None = None
         self.from_checkpoint = False
 
@@ -135,7 +140,7 @@ class TrainingPlotsCallback(Callback):
         log_artifacts(trainer, written, "plots")
 
     def _epoch_label(self) -> str:
-        where = "best checkpoint" if self.from_checkpoint else "last epoch"
+        where = f"{self.kept_epoch} kept" if self.from_checkpoint else "last epoch"
         return f"epoch {self.reported_epoch}, {where}"
 
     def plot_learning_curves(self) -> Figure | None:
@@ -144,7 +149,7 @@ class TrainingPlotsCallback(Callback):
             self.history.curves(),
             best_epoch=self.reported_epoch if self.from_checkpoint else None,
             learning_rates=self.history.learning_rates,
-            best_label=f"best checkpoint (epoch {self.reported_epoch}, 0-based)",
+            best_label=f"{self.kept_epoch} kept (epoch {self.reported_epoch}, 0-based)",
         )
 
     def plot_threshold_curve(self) -> Figure | None:

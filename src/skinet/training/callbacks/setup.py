@@ -147,6 +147,7 @@ def setup_logging_and_callbacks(
             history,
             mean=cfg.data.mean if standard else None,
             std=cfg.data.std if standard else None,
+            kept_epoch=train.checkpoint_config.kept_epoch,
         )
     )
     if loggers:
