@@ -146,16 +146,12 @@ def evaluate_predictor(
     hooks = dict(on_probabilities or {})
 
     def flush() -> None:
-        prepared = [predictor.prepare(image) for _, image, _ in batch]
-        ways = {predictor.tta, *hooks}
-        maps = {tta: predictor.forward_prepared(prepared, tta=tta) for tta in ways}
-        for i, ((sample, image, target), (_, placement)) in enumerate(
-            zip(batch, prepared, strict=True)
-        ):
-            probs = {tta: predictor.restore(maps[tta][i], placement) for tta in ways}
+        images = [image for _, image, _ in batch]
+        maps = predictor.predict_proba_ways(images, {predictor.tta, *hooks})
+        for i, (sample, image, target) in enumerate(batch):
             for tta, hook in hooks.items():
-                hook(probs[tta], target)
-            score_pair(result, sample.id, predictor.binarize(probs[predictor.tta]), target, image)
+                hook(maps[tta][i], target)
+            score_pair(result, sample.id, predictor.binarize(maps[predictor.tta][i]), target, image)
         batch.clear()
 
     columns = (*Progress.get_default_columns()[:2], MofNCompleteColumn())

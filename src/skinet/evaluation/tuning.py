@@ -182,11 +182,10 @@ def feed_ways(
                 failures[sample.id] = str(error)
         if not pairs:
             continue
-        prepared = [predictor.prepare(image) for image, _ in pairs]
+        maps = predictor.predict_proba_ways([image for image, _ in pairs], ways)
         for tta, tuner in zip(ways, tuners, strict=True):
-            probs = predictor.forward_prepared(prepared, tta=tta)
-            for prob, (_, placement), (_, mask) in zip(probs, prepared, pairs, strict=True):
-                tuner.update(predictor.restore(prob, placement), mask)
+            for prob, (_, mask) in zip(maps[tta], pairs, strict=True):
+                tuner.update(prob, mask)
     return failures
 
 

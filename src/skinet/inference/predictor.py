@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,13 +176,20 @@ class Predictor:
 
     def predict_proba_batch(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Probability maps float32 ``(H_i, W_i)`` for RGB images of any sizes."""
-        out: list[np.ndarray] = []
+        return self.predict_proba_ways(images, (self.tta,))[self.tta]
+
+    def predict_proba_ways(
+        self, images: Sequence[np.ndarray], ways: Iterable[bool]
+    ) -> dict[bool, list[np.ndarray]]:
+        """:meth:`predict_proba_batch` once per way of predicting (flips off or on), each image
+        prepared once; :attr:`tta` is not changed."""
+        out: dict[bool, list[np.ndarray]] = {tta: [] for tta in ways}
         for start in range(0, len(images), self.batch_size):
             prepared = [self.prepare(image) for image in images[start : start + self.batch_size]]
-            for probs, (_, placement) in zip(
-                self.forward_prepared(prepared), prepared, strict=True
-            ):
-                out.append(self.restore(probs, placement))
+            for tta in out:
+                probs = self.forward_prepared(prepared, tta=tta)
+                for prob, (_, placement) in zip(probs, prepared, strict=True):
+                    out[tta].append(self.restore(prob, placement))
         return out
 
     def forward_prepared(
