@@ -138,6 +138,11 @@ def nested_section(annotation: Any) -> tuple[type[BaseModel], bool] | None:
     """``(model, is_list)`` when a field holds a config section or a list of them."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation, False
+    if get_origin(annotation) in (typing.Union, types.UnionType):  # an optional section
+        sections = [a for a in get_args(annotation) if a is not type(None)]
+        if len(sections) == 1 and isinstance(sections[0], type):
+            return nested_section(sections[0])
+        return None
     if get_origin(annotation) is list:
         (item,) = get_args(annotation)
         if isinstance(item, type) and issubclass(item, BaseModel):
@@ -167,6 +172,8 @@ def section_table(path: str, model: type[BaseModel]) -> tuple[list[str], list[tu
         if sub is not None and not sub[1]:
             nested.append((f"{path}.{name}", sub[0]))
             default = f"see `{path}.{name}`"
+            if field.default is None:
+                default = f"`None` (off); {default}"
         else:
             if sub is not None:
                 nested.append((f"{path}.{name}[]", sub[0]))

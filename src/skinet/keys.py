@@ -36,6 +36,7 @@ class MetricsKey(StrEnum):
     GRAD_SCALE = "grad_scale"
     SAMPLES_PER_SEC = "perf/samples_per_sec"
     TIME_PER_STEP_MS = "perf/time_per_step_ms"
+    TRAIN_IMAGE_SIZE = "train_image_size"
 
     @classmethod
     def default_monitor(cls) -> MetricsKey:

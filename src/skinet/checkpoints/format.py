@@ -41,6 +41,9 @@ Format versions:
 - **8**: the config schema ``CONFIG_SCHEMAS[8]``, which adds
   ``TRAIN_CONFIG.checkpoint_config.select``. A format-7 config reads with it at its default
   (``best``).
+- **9**: the config schema ``CONFIG_SCHEMAS[9]``, which adds
+  ``DATA_CONFIG.progressive_resizing``. A format-8 config reads with it at its default (every
+  epoch at ``image_size``).
 
 A change to what the config accepts (a new field, choice or type) needs a new format version
 with its fingerprint in :data:`CONFIG_SCHEMAS`; ``tests/checkpoints/test_format.py`` fails until
@@ -65,7 +68,7 @@ __all__ = ["DEFAULT_THRESHOLD", "CheckpointError", "CheckpointPayload"]
 
 CHECKPOINT_KEY = "skinet"
 """Key of the checkpoint entry holding the :class:`CheckpointPayload`."""
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 """The format this version of SkiNet writes, and the newest it reads."""
 CONFIG_SCHEMAS = {
     4: "d8d8b3ad48cf4875",
@@ -73,6 +76,7 @@ CONFIG_SCHEMAS = {
     6: "64b39b33aa70ab6d",
     7: "64b39b33aa70ab6d",
     8: "657112ed969a8574",
+    9: "2fc2aea269fc191d",
 }
 """Fingerprint of the config schema (:func:`skinet.config.schema.config_schema_fingerprint`)
 that each format version writes; formats before 4 did not pin their schema."""

@@ -285,6 +285,17 @@ def _evaluation_label(metrics: Mapping[str, Any], threshold: Threshold, kept: st
     return f"{_validation_label(metrics, kept)} and {_EVALUATED_AT} {_figure(threshold.value)}:"
 
 
+def _resizing_lines(cfg: ExperimentConfig) -> list[str]:
+    resizing, size = cfg.data.progressive_resizing, cfg.data.image_size
+    if resizing is None:
+        return []
+    small = resizing.side(size)
+    return [
+        f"- The first {resizing.fraction:.0%} of the run trained on {small}x{small} images scaled "
+        f"down from {size}x{size} (`DATA_CONFIG.progressive_resizing`)."
+    ]
+
+
 def _kept_line(cfg: ExperimentConfig, monitor: str) -> str:
     if cfg.train.checkpoint_config.select == "last":
         select = "`checkpoint_config.select: last`"
@@ -366,6 +377,7 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         f"{'epoch' if train.max_epochs == 1 else 'epochs'}, precision "
         f"{_precision(train.precision, inputs.precision)}, seed {train.seed}, weight decay "
         f"{train.weight_decay}.",
+        *_resizing_lines(cfg),
         _kept_line(cfg, inputs.monitor),
         "",
         "## Evaluation",

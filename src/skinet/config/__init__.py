@@ -25,13 +25,14 @@ __all__ = [
     "LitLoggerConfig",
     "UNet2DModelConfig",
     "DataConfig",
+    "ProgressiveResizingConfig",
     "TransformConfig",
     "TransformSpec",
     "SweepConfig",
 ]
 
 if TYPE_CHECKING:
-    from skinet.config.data import DataConfig
+    from skinet.config.data import DataConfig, ProgressiveResizingConfig
     from skinet.config.errors import ConfigError, UsageError
     from skinet.config.experiment import ExperimentConfig, apply_override, load_config, parse_config
     from skinet.config.model import UNet2DModelConfig
@@ -65,7 +66,7 @@ else:
                 "LitLoggerConfig",
             ),
             "model": ("UNet2DModelConfig",),
-            "data": ("DataConfig",),
+            "data": ("DataConfig", "ProgressiveResizingConfig"),
             "transform": ("TransformConfig", "TransformSpec"),
             "sweep": ("SweepConfig",),
         },

@@ -20,6 +20,22 @@ ISIC2017_MEAN = (0.7125, 0.5864, 0.5362)
 ISIC2017_STD = (0.1486, 0.1668, 0.1820)
 
 
+class ProgressiveResizingConfig(Section):
+    """Train the first part of a run on smaller images, so the same time buys more epochs;
+    validation, the threshold sweep and prediction stay at ``DATA_CONFIG.image_size``."""
+
+    scale: float = Field(0.75, gt=0.0, lt=1.0)
+    """Side of the first part's training images as a share of ``DATA_CONFIG.image_size``
+    (rounded to whole pixels; each training batch is scaled down from ``image_size``)."""
+    fraction: float = Field(0.5, gt=0.0, lt=1.0)
+    """Share of the run at that size, measured when each epoch starts: of
+    ``TRAIN_CONFIG.max_epochs``, or of ``max_time`` when it is set and further along."""
+
+    def side(self, image_size: int) -> int:
+        """The first part's side for a ``DATA_CONFIG.image_size`` of ``image_size``."""
+        return round(image_size * self.scale)
+
+
 class DataConfig(Section):
     """Dataset selection, data roots, splitting, resizing and normalisation."""
 
@@ -35,6 +51,9 @@ class DataConfig(Section):
     """Local folder searched after the mount point for ``data_dir``."""
     image_size: int = Field(256, gt=0)
     """Side of the square model input; images and masks are resized to it once (``resize_mode``)."""
+    progressive_resizing: ProgressiveResizingConfig | None = None
+    """Train the first part of the run at a smaller size (``None``: every epoch at
+    ``image_size``)."""
     resize_mode: ResizeMode = "squash"
     """``squash`` stretches to the square; ``letterbox`` keeps the aspect ratio and pads."""
     pad_value: int = Field(0, ge=0, le=255)

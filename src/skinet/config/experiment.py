@@ -129,7 +129,33 @@ class ExperimentConfig(BaseModel):
                 f"coarse maps then cover the image and no padding (e.g. image_size: "
                 f"{max(multiple, size // multiple * multiple)})"
             )
+        self._check_progressive_resizing()
         return self
+
+    def _check_progressive_resizing(self) -> None:
+        resizing, model = self.data.progressive_resizing, self.model
+        if resizing is None:
+            return
+        size, multiple = self.data.image_size, model.size_multiple
+        small = resizing.side(size)
+        least = multiple + 1 if model.norm == "instance" else multiple
+        if model.deep_supervision:
+            least = -(-least // multiple) * multiple
+        fits = least <= small < size and not (model.deep_supervision and small % multiple)
+        if fits:
+            return
+        rule = (
+            f"between {least} and {size - 1}"
+            + (f", a multiple of {multiple}" if model.deep_supervision else "")
+            + f" (stride**(number_of_layers - 1) = {multiple} for MODEL_CONFIG.number_of_layers "
+            f"{model.number_of_layers} with stride {model.stride}"
+            + (", above it for norm 'instance')" if model.norm == "instance" else ")")
+        )
+        raise ValueError(
+            f"DATA_CONFIG.progressive_resizing.scale {resizing.scale} makes the first epochs' "
+            f"images {small} px of image_size {size}; the side must be {rule}: use a scale of "
+            f"at least {least / size:.3g} and below 1"
+        )
 
     def to_yaml_dict(self) -> dict[str, Any]:
         """The resolved config as plain data with the YAML section names."""

@@ -24,6 +24,7 @@ from skinet.metrics.losses import DeepSupervisionLoss, build_loss
 from skinet.metrics.thresholds import ThresholdResult, ThresholdSweep
 from skinet.models.layers import uses_channels_last
 from skinet.models.unet2d import UNet2D
+from skinet.training.callbacks.resizing import ProgressiveResizing, find_resizing, scale_batch
 from skinet.training.data.device_split import DeviceResidentSplit, find_device_split
 from skinet.training.optim import build_lr_scheduler, build_optimizer
 from skinet.training.schedules import budget_progress
@@ -141,6 +142,9 @@ class LightningModel(L.LightningModule):
         self.test_sweep = ThresholdSweep(fixed_threshold=self.threshold_used)
         # TRAIN_CONFIG.augment_on: device: the training split, on this module's device in fit.
         self.device_split: DeviceResidentSplit | None = None
+        # DATA_CONFIG.progressive_resizing: the callback that sizes each epoch's training
+        # batches, found in fit; None trains at the size the batches come in.
+        self.resizing: ProgressiveResizing | None = None
         # Stages ("train", "val", "test") whose epoch metrics are logged in the current epoch.
         self._epoch_metrics_logged: set[str] = set()
 
@@ -154,12 +158,18 @@ class LightningModel(L.LightningModule):
         self.model.to(memory_format=memory_format)  # type: ignore[call-overload]
 
     def on_train_start(self) -> None:
+        self.resizing = find_resizing(self.trainer)
         split = find_device_split(self.trainer.train_dataloader)
         self.device_split = split.to(self.device) if split is not None else None
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        if self.device_split is not None and self.trainer.training and isinstance(batch, Tensor):
-            return self.device_split.make_batch(batch, self.current_epoch, self.global_rank)
+        if not self.trainer.training:
+            return batch
+        if self.device_split is not None and isinstance(batch, Tensor):
+            batch = self.device_split.make_batch(batch, self.current_epoch, self.global_rank)
+        size = self.resizing.size if self.resizing is not None else None
+        if size is not None and tuple(batch[0].shape[-2:]) != (size, size):
+            batch = scale_batch(batch[0], batch[1], size)
         return batch
 
     def on_train_end(self) -> None:

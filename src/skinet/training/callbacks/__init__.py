@@ -21,6 +21,7 @@ __all__ = [
     "NetworkSummary",
     "WeightEMA",
     "FreezeEncoder",
+    "ProgressiveResizing",
     "ResumeStateCallback",
 ]
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     )
     from skinet.training.callbacks.plots import TrainingPlotsCallback
     from skinet.training.callbacks.progress_log import EpochProgressBar, ProgressLogCallback
+    from skinet.training.callbacks.resizing import ProgressiveResizing
     from skinet.training.callbacks.resume import ResumeStateCallback
     from skinet.training.callbacks.setup import setup_logging_and_callbacks
     from skinet.training.callbacks.summary import NetworkSummary
@@ -54,6 +56,7 @@ else:
             "summary": ("NetworkSummary",),
             "ema": ("WeightEMA",),
             "freeze": ("FreezeEncoder",),
+            "resizing": ("ProgressiveResizing",),
             "resume": ("ResumeStateCallback",),
         },
     )

@@ -29,6 +29,7 @@ from skinet.training.callbacks.progress_log import (
     ProgressLogCallback,
     progress_bar_draws,
 )
+from skinet.training.callbacks.resizing import ProgressiveResizing
 from skinet.training.callbacks.resume import ResumeAwareLearningRateMonitor
 from skinet.training.callbacks.stop_check import StopCheck
 from skinet.training.callbacks.summary import NetworkSummary
@@ -47,6 +48,19 @@ LAST_CHECKPOINT_NAME = "last"
 def last_checkpoint_path(run_dir: Path) -> Path:
     """``run_dir/checkpoints/last.ckpt``, whether it exists or not."""
     return Path(run_dir) / CHECKPOINT_DIR / f"{LAST_CHECKPOINT_NAME}.ckpt"
+
+
+def _training_schedule_callbacks(cfg: ExperimentConfig) -> list[Callback]:
+    """The callbacks that change how the model trains as the run goes on, where configured."""
+    train, resizing, size = cfg.train, cfg.data.progressive_resizing, cfg.data.image_size
+    callbacks: list[Callback] = []
+    if train.freeze_encoder_epochs:
+        callbacks.append(FreezeEncoder(train.freeze_encoder_epochs))
+    if resizing is not None:
+        callbacks.append(ProgressiveResizing(resizing.side(size), size, resizing.fraction))
+    if train.use_ema:  # before the checkpoints: they save the average it keeps
+        callbacks.append(WeightEMA(train.ema_config.decay, train.ema_config.start_step))
+    return callbacks
 
 
 def setup_logging_and_callbacks(
@@ -95,10 +109,7 @@ def setup_logging_and_callbacks(
     ]
     if progress_bar_draws(train.enable_progress_bar):
         callbacks.append(EpochProgressBar())
-    if train.freeze_encoder_epochs:
-        callbacks.append(FreezeEncoder(train.freeze_encoder_epochs))
-    if train.use_ema:  # before the checkpoints: they save the average it keeps
-        callbacks.append(WeightEMA(train.ema_config.decay, train.ema_config.start_step))
+    callbacks += _training_schedule_callbacks(cfg)
     if train.use_early_stopping:
         stop = train.early_stopping_config
         callbacks.append(
