@@ -39,6 +39,17 @@ def test_figures_from_arrays(tmp_path: Path) -> None:
     # The epochs as Lightning counts them in the checkpoint names, and said so.
     assert curves.axes[0].get_xlabel() == "epoch (0-based, as in best-epoch=NNN.ckpt)"
     assert plot_learning_curves({}) is None
+    assert not [line for line in curves.axes[0].lines if line.get_linestyle() == ":"]
+
+    # Progressive resizing: a dotted line where the training images grow, in every panel.
+    history["train_image_size"] = {0: 24.0, 1: 24.0, 2: 32.0, 3: 32.0}
+    resized = plot_learning_curves(history, best_epoch=3, learning_rates={0: 1e-3, 1: 1e-5})
+    assert resized is not None
+    for ax in resized.axes:
+        dotted = [line for line in ax.lines if line.get_linestyle() == ":"]
+        assert [(line.get_xdata()[0], line.get_label()) for line in dotted] == [
+            (2, "training at 32 px from epoch 2 (0-based)")
+        ]
 
     probs = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     sweep = plot_threshold_curve(find_best_threshold(probs, probs > 0.5), "sweep")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
+from tests.helpers.trainer import bare_trainer
 
 from skinet.config.experiment import parse_config
 from skinet.training.lightning_model import LightningModel, _tensor_debug_summary
@@ -48,18 +48,6 @@ def _batches(n: int = 2, size: int = 32, batches=None) -> torch.utils.data.DataL
     return torch.utils.data.DataLoader(data, batch_size=None)
 
 
-def _trainer(**kwargs: Any) -> L.Trainer:
-    return L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        **kwargs,
-    )
-
-
 def test_sigmoid_only_in_probability_path(tiny_raw: dict[str, Any]) -> None:
     model = _model(tiny_raw)
     logits = model(torch.randn(1, 3, 32, 32))
@@ -71,7 +59,7 @@ def test_sigmoid_only_in_probability_path(tiny_raw: dict[str, Any]) -> None:
 
 def test_fit_logs_every_guide_metric(tiny_raw: dict[str, Any]) -> None:
     model = _model(tiny_raw)
-    trainer = _trainer(max_epochs=1)
+    trainer = bare_trainer(max_epochs=1)
     trainer.fit(model, _batches(), _batches())
     names = set(trainer.callback_metrics)
     for expected in (
@@ -110,7 +98,7 @@ def test_fit_logs_every_guide_metric(tiny_raw: dict[str, Any]) -> None:
 def test_epoch_metrics_cover_every_batch_of_the_epoch_only(tiny_raw: dict[str, Any]) -> None:
     model = _model(tiny_raw, optimal_threshold=0.5)
     val = _raw_batches(3, 32)
-    trainer = _trainer(max_epochs=2)
+    trainer = bare_trainer(max_epochs=2)
     trainer.fit(model, _batches(), _batches(batches=val))
     metrics = {f"val_{k}": float(trainer.callback_metrics[f"val_{k}"]) for k in METRIC_NAMES}
     trainer.test(model, _batches(batches=val), verbose=False)
@@ -136,7 +124,7 @@ def test_epoch_metrics_cover_every_batch_of_the_epoch_only(tiny_raw: dict[str, A
 
 def test_fixed_threshold_is_echoed(tiny_raw: dict[str, Any]) -> None:
     model = _model(tiny_raw, optimal_threshold=0.3)
-    trainer = _trainer(max_epochs=1)
+    trainer = bare_trainer(max_epochs=1)
     trainer.fit(model, _batches(), _batches())
     assert float(trainer.callback_metrics["val_optimal_threshold"]) == pytest.approx(0.3)
     assert float(trainer.callback_metrics["val_threshold_used"]) == pytest.approx(0.3)
@@ -155,7 +143,7 @@ def test_non_finite_input_raises_with_name_and_batch(
     else:
         masks[0, 0, 0, 0] = float("inf")
     with pytest.raises(ValueError, match=rf"train/{tensor_name} at batch 1: .*non_finite=1"):
-        _trainer(max_epochs=1).fit(model, _batches(batches=raw), _batches())
+        bare_trainer(max_epochs=1).fit(model, _batches(batches=raw), _batches())
 
 
 def test_non_finite_loss_raises_with_name(tiny_raw: dict[str, Any]) -> None:
@@ -167,7 +155,7 @@ def test_non_finite_loss_raises_with_name(tiny_raw: dict[str, Any]) -> None:
 
     model.loss_fn = NaNLoss()
     with pytest.raises(ValueError, match=r"train/loss at batch 0"):
-        _trainer(max_epochs=1).fit(model, _batches(), _batches())
+        bare_trainer(max_epochs=1).fit(model, _batches(), _batches())
 
 
 def test_tensor_debug_summary_reports_statistics() -> None:
@@ -223,7 +211,7 @@ def test_compiled_checkpoint_loads_into_uncompiled_model(
     compiled = _model(
         tiny_raw, use_torch_compile=True, torch_compile_backend="eager", channels_last=False
     )
-    trainer = _trainer(max_epochs=1, default_root_dir=tmp_path)
+    trainer = bare_trainer(max_epochs=1, default_root_dir=tmp_path)
     trainer.fit(compiled, _batches(), _batches())
     path = tmp_path / "compiled.ckpt"
     trainer.save_checkpoint(path)

@@ -55,7 +55,9 @@ def plot_learning_curves(
     Args:
         history: Per-epoch values of the :data:`CURVES` keys.
         best_epoch: Epoch of the kept checkpoint (the best, or the last with
-            ``select: last``); a dashed line in every panel.
+            ``select: last``); a dashed line in every panel. Where ``history`` holds
+            ``train_image_size`` (progressive resizing), a dotted line marks each epoch it
+            changes at.
         learning_rates: Learning rate per epoch (first parameter group); a fourth panel.
         best_label: Legend text of that line.
 
@@ -75,16 +77,16 @@ def plot_learning_curves(
                 ax.plot(epochs, values, style, label=f"{label} ({key})", markersize=4)
         ax.set(title=title, ylabel=ylabel)
     if learning_rates:
-        ax = axes[-1]
-        epochs, values = zip(*sorted(learning_rates.items()), strict=True)
-        ax.plot(epochs, values, "d-", color="tab:purple", markersize=4, label="learning rate")
-        positive = [v for v in values if v > 0]
-        if positive and max(positive) > 10 * min(positive):
-            ax.set_yscale("log")
-        ax.set(title="Learning rate", ylabel="lr (first parameter group)")
+        _plot_learning_rates(axes[-1], learning_rates)
+    marks = [
+        (epoch, "tab:gray", ":", f"training at {size} px from epoch {epoch} (0-based)")
+        for epoch, size in _size_switches(history.get(MetricsKey.TRAIN_IMAGE_SIZE, {}))
+    ]
+    if best_epoch is not None:
+        marks.append((best_epoch, "tab:red", "--", best_label))
     for ax in axes:
-        if best_epoch is not None:
-            ax.axvline(best_epoch, color="tab:red", ls="--", lw=1.2, label=best_label)
+        for epoch, color, style, label in marks:
+            ax.axvline(epoch, color=color, ls=style, lw=1.2, label=label)
         ax.set_xlabel("epoch (0-based, as in best-epoch=NNN.ckpt)")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
@@ -92,6 +94,25 @@ def plot_learning_curves(
             ax.legend(fontsize=8)
     figure.suptitle("Learning curves")
     return figure
+
+
+def _plot_learning_rates(ax: Axes, learning_rates: Mapping[int, float]) -> None:
+    epochs, values = zip(*sorted(learning_rates.items()), strict=True)
+    ax.plot(epochs, values, "d-", color="tab:purple", markersize=4, label="learning rate")
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) > 10 * min(positive):
+        ax.set_yscale("log")
+    ax.set(title="Learning rate", ylabel="lr (first parameter group)")
+
+
+def _size_switches(sizes: Mapping[int, float]) -> list[tuple[int, int]]:
+    """``(epoch, side)`` where ``train_image_size`` changes (progressive resizing)."""
+    points = sorted(sizes.items())
+    return [
+        (epoch, int(size))
+        for (_, before), (epoch, size) in zip(points, points[1:], strict=False)
+        if size != before
+    ]
 
 
 def _values(tensor: object) -> np.ndarray:

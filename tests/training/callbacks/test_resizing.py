@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
 import yaml
+from tests.helpers.trainer import bare_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from skinet.config.errors import ConfigError
@@ -114,16 +114,8 @@ def test_the_first_epochs_train_small_and_validation_stays_full(
     images = torch.rand(8, 3, 32, 32)
     masks = (torch.rand(8, 1, 32, 32) > 0.5).float()
     loader = DataLoader(TensorDataset(images, masks), batch_size=4)
-    trainer = L.Trainer(
-        max_epochs=4,
-        max_time=max_time,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[ProgressiveResizing(16, 32, 0.5)],
+    trainer = bare_trainer(
+        max_epochs=4, max_time=max_time, callbacks=[ProgressiveResizing(16, 32, 0.5)]
     )
     with caplog.at_level(logging.INFO, logger="skinet.training.callbacks.resizing"):
         trainer.fit(module, loader, loader)
