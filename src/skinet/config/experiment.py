@@ -109,7 +109,7 @@ class ExperimentConfig(BaseModel):
     def _check_image_size(self) -> ExperimentConfig:
         model, size = self.model, self.data.image_size
         multiple = model.size_multiple
-        if size < multiple or (model.norm == "instance" and size <= multiple):
+        if size < model.smallest_side:
             least = multiple if size < multiple else multiple + 1
             bottleneck = (
                 "1x1, which norm 'instance' cannot normalise"
@@ -138,7 +138,7 @@ class ExperimentConfig(BaseModel):
             return
         size, multiple = self.data.image_size, model.size_multiple
         small = resizing.side(size)
-        least = multiple + 1 if model.norm == "instance" else multiple
+        least = model.smallest_side
         if model.deep_supervision:
             least = -(-least // multiple) * multiple
         fits = least <= small < size and not (model.deep_supervision and small % multiple)

@@ -63,6 +63,12 @@ class UNet2DModelConfig(Section):
         """Height and width multiple of the deepest map: :func:`size_multiple`."""
         return size_multiple(self.stride, self.number_of_layers)
 
+    @property
+    def smallest_side(self) -> int:
+        """The smallest input side the model trains on: :attr:`size_multiple`, and above it
+        under norm ``instance`` (a 1x1 bottleneck has no spread to normalise)."""
+        return self.size_multiple + (1 if self.norm == "instance" else 0)
+
     @model_validator(mode="after")
     def _check_deep_supervision(self) -> UNet2DModelConfig:
         if self.deep_supervision > self.number_of_layers - 2:
