@@ -6,12 +6,12 @@ from pathlib import Path
 
 from tests.helpers.inference import run_cli
 
-from skinet.checkpoints.model_card import (
+from skinet.checkpoints.calibrated_card import (
     CALIBRATION_HEADING,
-    OUTPUT_LINE,
     checkpoint_card_path,
     find_checkpoint_card,
 )
+from skinet.checkpoints.model_card import OUTPUT_LINE
 from skinet.checkpoints.read import load_checkpoint
 from skinet.evaluation.calibration import save_calibrated_checkpoint
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 from tests.helpers.inference import run_cli
 
+from skinet.checkpoints.calibrated_card import CALIBRATION_HEADING
 from skinet.checkpoints.format import CHECKPOINT_KEY, CheckpointError
-from skinet.checkpoints.model_card import CALIBRATION_HEADING
 from skinet.checkpoints.read import load_checkpoint
 from skinet.inference.ensemble import EnsemblePredictor
 from skinet.inference.predictor import Predictor

@@ -13,8 +13,8 @@ import pytest
 import torch
 from tests.helpers.inference import run_cli
 
+from skinet.checkpoints.calibrated_card import CALIBRATION_HEADING
 from skinet.checkpoints.format import FORMAT_VERSION
-from skinet.checkpoints.model_card import CALIBRATION_HEADING
 from skinet.checkpoints.read import load_checkpoint
 from skinet.evaluation.gallery import FailureGallery, area_ratio_badness
 from skinet.inference.predictor import Predictor

@@ -8,10 +8,9 @@ metrics; nothing here imports Lightning, so ``skinet export`` can write the card
 from __future__ import annotations
 
 import math
-import re
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from skinet.checkpoints.threshold import Threshold, trained_threshold
 from skinet.config.experiment import ExperimentConfig
 from skinet.datasets.registry import get_layout
 from skinet.keys import MetricsKey
-from skinet.metrics.figures import signed
 
 MODEL_CARD_FILE = "MODEL_CARD.md"
 
@@ -55,15 +53,15 @@ class CardInputs:
     """The precision the run trained with (``TRAIN_CONFIG.precision`` as resolved)."""
 
 
-CALIBRATION_HEADING = "## Calibration"
 OUTPUT_LINE = "- Output: one logit per pixel; probability = sigmoid, lesion where probability >= "
 """How the card's line on the prediction threshold starts."""
-_EVALUATED_AT = "test metrics at threshold"
-_CHECKPOINT_LINE = "- Checkpoint: "
-_BESIDE = "beside this card"
-"""How a run's card points at its ``splits.csv`` and ``config.yaml``: a calibrated copy's card,
-saved elsewhere, names the source run folder instead."""
-_SOURCE_NOTE = re.compile(r" \(the source model's threshold; .*\):$")
+EVALUATED_AT = "test metrics at threshold"
+"""How the evaluation's line names the threshold its test figures were computed at."""
+CHECKPOINT_LINE = "- Checkpoint: "
+"""How the card's line naming the checkpoint file starts."""
+BESIDE = "beside this card"
+"""How a run's card points at its ``splits.csv`` and ``config.yaml``: a card away from its run
+folder names the folder instead (``calibrated_card.moved_card``)."""
 
 
 def card_threshold(cfg: ExperimentConfig, inputs: CardInputs) -> Threshold:
@@ -83,123 +81,7 @@ def card_threshold(cfg: ExperimentConfig, inputs: CardInputs) -> Threshold:
 
 def output_line(threshold: Threshold) -> str:
     """The card's line on how a mask is made from the probabilities."""
-    return f"{OUTPUT_LINE}the threshold ({_figure(threshold.value)}: {threshold.origin})."
-
-
-def calibrate_card(
-    text: str,
-    threshold: Threshold,
-    checkpoint: Path | None = None,
-    source_run: Path | None = None,
-) -> str:
-    """A model card stating a calibrated ``threshold``: its output line names it, the evaluation
-    says its figures are at the source model's threshold, and its ``## Calibration`` section
-    (one only) says where it was tuned.
-
-    With ``checkpoint`` (the calibrated file), the card's checkpoint line names it. A run's card
-    points at ``splits.csv`` and ``config.yaml`` "beside this card"; the calibrated card names
-    ``source_run``, the run folder that holds them, instead (the source run's, without it).
-    """
-    if threshold.calibration is None:
-        raise ValueError("calibrate_card needs a calibrated threshold")
-    where = f"in the source run folder `{source_run}`" if source_run else "of the source run"
-    lines = []
-    for line in moved_card(text.split(CALIBRATION_HEADING)[0], where).rstrip("\n").splitlines():
-        if checkpoint is not None and line.startswith(_CHECKPOINT_LINE):
-            line, checkpoint = f"{_CHECKPOINT_LINE}`{checkpoint}` (calibrated)", None
-        if line.startswith(OUTPUT_LINE):
-            line = output_line(threshold)
-        elif _EVALUATED_AT in line and line.endswith(":"):
-            line = _SOURCE_NOTE.sub(":", line)[:-1] + (
-                " (the source model's threshold; this calibrated copy predicts at "
-                f"{_figure(threshold.value)}, see Calibration):"
-            )
-        lines.append(line)
-    if checkpoint is not None:  # a card without a checkpoint line
-        lines += ["", f"{_CHECKPOINT_LINE}`{checkpoint}` (calibrated)"]
-    return "\n".join(lines) + "\n\n" + calibration_section(threshold.calibration) + "\n"
-
-
-def checkpoint_card_path(path: Path) -> Path:
-    """The card written beside a file: ``model.onnx`` -> ``model.onnx.MODEL_CARD.md``."""
-    return path.with_name(path.name + "." + MODEL_CARD_FILE)
-
-
-def moved_card(text: str, where: str) -> str:
-    """A run's card away from its run folder: its ``splits.csv`` and ``config.yaml`` are
-    ``where`` (``in the run folder `runs/x` ``) instead of "beside this card"."""
-    return text.replace(_BESIDE, where)
-
-
-def find_checkpoint_card(checkpoint: Path) -> Path | None:
-    """A checkpoint's own card: the one beside it (a calibrated copy's), else its run folder's."""
-    source = checkpoint.resolve()
-    for card in (checkpoint_card_path(source), source.parent.parent / MODEL_CARD_FILE):
-        if card.is_file():
-            return card
-    return None
-
-
-def calibration_section(calibration: Mapping[str, Any]) -> str:
-    """The card's section on a threshold tuned on one's own images (``skinet evaluate``)."""
-    dice = calibration.get("pooled_dice")
-    dice_text = "" if dice is None else f", pooled Dice {dice:.4f} there"
-    return "\n".join(
-        [
-            CALIBRATION_HEADING,
-            "",
-            f"- Threshold **{_figure(calibration['threshold'])}**, tuned by `skinet evaluate "
-            f"--tune-threshold{_selection(calibration)}` on `{calibration.get('tuned_on', 'n/a')}` "
-            f"({calibration.get('num_images', 'n/a')} images{dice_text}), "
-            f"{calibration.get('created', '')}.",
-            f"- Calibrated from `{calibration.get('source_checkpoint', 'n/a')}`, whose own "
-            f"threshold is {_figure(calibration.get('source_threshold'))}; the weights are "
-            "unchanged.",
-            *_flips_lines(calibration),
-            "- Scores on the images the threshold was tuned on are optimistic: check it with "
-            "`skinet evaluate` on other labelled images of the same clinic.",
-        ]
-    )
-
-
-def _selection(calibration: Mapping[str, Any]) -> str:
-    """`` --threshold-selection RULE`` as the calibration recorded it (older ones did not)."""
-    rule = calibration.get("selection")
-    return f" --threshold-selection {rule}" if isinstance(rule, str) else ""
-
-
-def _flips_lines(calibration: Mapping[str, Any]) -> list[str]:
-    """The card's line on flips at prediction time, when ``--tune-tta`` decided them."""
-    if "tta" not in calibration:
-        return []
-    gain = calibration.get("tta_gain")
-    interval: Sequence[float] = calibration.get("tta_interval") or []
-    figure = (
-        f" (mean per-image Jaccard {signed(gain)} [{signed(interval[0])}, {signed(interval[1])}]"
-        " on the tuning images)"
-        if isinstance(gain, float) and len(interval) == 2
-        else ""
-    )
-    if calibration["tta"]:
-        why = f"chosen by `--tune-tta`{figure}" if figure else "as the threshold was tuned"
-        plain = calibration.get("threshold_without_tta")
-        off = (
-            f"`--no-tta` turns them off and predicts at {_figure(plain)}, the threshold tuned "
-            "without them"
-            if isinstance(plain, int | float)
-            else "`--no-tta` turns them off"
-        )
-        return [
-            f"- Flips at prediction time **on**, {why}: predict, evaluate, robustness and compare "
-            f"average four flipped views ({off}); an export is one view."
-        ]
-    flipped = calibration.get("threshold_with_tta")
-    on = (
-        f" `--tta` turns them on and predicts at {_figure(flipped)}, the threshold tuned with them."
-        if isinstance(flipped, int | float)
-        else ""
-    )
-    return [f"- Flips at prediction time off: `--tune-tta` found no clear gain{figure}.{on}"]
+    return f"{OUTPUT_LINE}the threshold ({card_figure(threshold.value)}: {threshold.origin})."
 
 
 def invoked_command() -> str:
@@ -215,7 +97,8 @@ def invoked_command() -> str:
     return shlex.join([*program, *sys.argv[1:]])
 
 
-def _figure(value: float | None) -> str:
+def card_figure(value: float | None) -> str:
+    """A figure as the card prints it: four decimals, ``n/a`` when missing or not finite."""
     if value is None or not math.isfinite(value):
         return "n/a"
     return f"{value:.4f}"
@@ -227,7 +110,7 @@ def _metrics_table(metrics: Mapping[str, float], monitor: str, swept: bool, kept
     for name in dict.fromkeys(names):
         if name in metrics:
             label = f"{name} ({kept})" if name == monitor else name
-            rows.append(f"| {label} | {_figure(metrics[name])} |")
+            rows.append(f"| {label} | {card_figure(metrics[name])} |")
     if swept and MetricsKey.VAL_THRESHOLD_USED.value in metrics:
         rows += [
             "",
@@ -282,7 +165,8 @@ def _evaluation_label(metrics: Mapping[str, Any], threshold: Threshold, kept: st
     run without a test split says so instead)."""
     if MetricsKey.TEST_THRESHOLD_USED.value not in metrics:
         return f"{_validation_label(metrics, kept)}; no test split was scored:"
-    return f"{_validation_label(metrics, kept)} and {_EVALUATED_AT} {_figure(threshold.value)}:"
+    label = _validation_label(metrics, kept)
+    return f"{label} and {EVALUATED_AT} {card_figure(threshold.value)}:"
 
 
 def _resizing_lines(cfg: ExperimentConfig) -> list[str]:
@@ -338,7 +222,7 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         lines += [f"  - `{member}`" for member in inputs.members]
     lines += _lineage_lines(inputs.init_from)
     if inputs.checkpoint:
-        lines.append(f"{_CHECKPOINT_LINE}`{inputs.checkpoint}`")
+        lines.append(f"{CHECKPOINT_LINE}`{inputs.checkpoint}`")
     if inputs.mlflow_run_id:
         lines.append(f"- MLflow run: `{inputs.mlflow_run_id}`")
     lines += [
@@ -363,7 +247,7 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         *(
             [
                 f"- Samples per split: {counts}.",
-                f"- Split: {split_source}; the split used is `splits.csv` {_BESIDE} "
+                f"- Split: {split_source}; the split used is `splits.csv` {BESIDE} "
                 f"(SHA-256 `{inputs.split_file_sha256 or 'n/a'}`).",
             ]
             if inputs.split_counts
@@ -403,7 +287,7 @@ def build_model_card(cfg: ExperimentConfig, inputs: CardInputs) -> str:
         "```",
         "",
         (
-            f"with this config (`config.yaml` {_BESIDE}; its seed and every `--set` are in it):"
+            f"with this config (`config.yaml` {BESIDE}; its seed and every `--set` are in it):"
             if inputs.reproduce
             else "with this config saved as `config.yaml` (its seed and every `--set` are in it):"
         ),

@@ -18,13 +18,13 @@ from typing import Any
 
 import torch
 
-from skinet.checkpoints.format import CHECKPOINT_KEY, CheckpointError, CheckpointPayload
-from skinet.checkpoints.model_card import (
-    MODEL_CARD_FILE,
+from skinet.checkpoints.calibrated_card import (
     calibrate_card,
     checkpoint_card_path,
     find_checkpoint_card,
 )
+from skinet.checkpoints.format import CHECKPOINT_KEY, CheckpointError, CheckpointPayload
+from skinet.checkpoints.model_card import MODEL_CARD_FILE
 from skinet.checkpoints.read import read_checkpoint_file
 from skinet.checkpoints.threshold import calibrated_threshold
 from skinet.evaluation.tuning import TunedThreshold

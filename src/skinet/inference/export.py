@@ -27,15 +27,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from skinet.checkpoints.model_card import (
-    CardInputs,
-    build_model_card,
+from skinet.checkpoints.calibrated_card import (
     calibrate_card,
     checkpoint_card_path,
     find_checkpoint_card,
-    invoked_command,
     moved_card,
 )
+from skinet.checkpoints.model_card import CardInputs, build_model_card, invoked_command
 from skinet.checkpoints.read import SkinetCheckpoint, build_model, load_checkpoint
 from skinet.checkpoints.threshold import Threshold
 from skinet.imaging.preprocess import build_preprocessing
@@ -356,7 +354,7 @@ def write_export_card(
 ) -> Path:
     """For one checkpoint, its own card: the one beside it (a calibrated copy's), else its run
     folder's; else a new card. A calibrated checkpoint's card states its calibrated threshold
-    (:func:`~skinet.checkpoints.model_card.calibrate_card`)."""
+    (:func:`~skinet.checkpoints.calibrated_card.calibrate_card`)."""
     path = card_path(output)
     first = checkpoints[0]
     found = find_checkpoint_card(first.path)
