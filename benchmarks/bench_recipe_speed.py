@@ -76,6 +76,8 @@ def fit_rate(
         "TRAIN_CONFIG.max_epochs": epochs,
         # The epochs end the run; a budget it never reaches keeps a cosine_budget schedule valid.
         "TRAIN_CONFIG.max_time": "00:01:00:00",
+        # Every epoch at image_size, as the model-only step is timed.
+        "DATA_CONFIG.progressive_resizing": None,
         "TRAIN_CONFIG.enable_progress_bar": False,
         "TRAIN_CONFIG.log_every_n_steps": 1,
         "TRAIN_CONFIG.mlflow_config.tracking_uri": None,

@@ -136,6 +136,7 @@ def test_cpu_budget_is_the_production_recipe_at_128_px_for_15_minutes() -> None:
             "select": "last",  # the last epoch's weights: the end of the anneal
         },
         ("DATA_CONFIG", "image_size"): 128,
+        ("DATA_CONFIG", "progressive_resizing"): {"scale": 0.75, "fraction": 0.5},
         ("DATA_CONFIG", "test_fraction"): 0.0,
     }
 
