@@ -124,22 +124,28 @@ def _flips_lines(calibration: Mapping[str, Any]) -> list[str]:
     )
     if calibration["tta"]:
         why = f"chosen by `--tune-tta`{figure}" if figure else "as the threshold was tuned"
-        plain = calibration.get("threshold_without_tta")
-        off = (
-            f"`--no-tta` turns them off and predicts at {card_figure(plain)}, the threshold tuned "
-            "without them"
-            if isinstance(plain, int | float)
-            else "`--no-tta` turns them off"
+        off = _other_way(
+            calibration.get("threshold_without_tta"),
+            "`--no-tta` turns them off and predicts at {}, the threshold tuned without them",
+            "`--no-tta` turns them off",
         )
         return [
             f"- Flips at prediction time **on**, {why}: predict, evaluate, robustness and compare "
             f"average four flipped views ({off}); an export is one view."
         ]
-    flipped = calibration.get("threshold_with_tta")
-    on = (
-        f" `--tta` turns them on and predicts at {card_figure(flipped)}, the threshold tuned "
-        "with them."
-        if isinstance(flipped, int | float)
-        else ""
+    on = _other_way(
+        calibration.get("threshold_with_tta"),
+        " `--tta` turns them on and predicts at {}, the threshold tuned with them.",
+        "",
     )
     return [f"- Flips at prediction time off: `--tune-tta` found no clear gain{figure}.{on}"]
+
+
+def _other_way(threshold: Any, sentence: str, unrecorded: str) -> str:
+    """``sentence`` naming the threshold tuned the other way (with or without flips), or
+    ``unrecorded`` where the calibration did not record one."""
+    return (
+        sentence.format(card_figure(threshold))
+        if isinstance(threshold, int | float)
+        else unrecorded
+    )
