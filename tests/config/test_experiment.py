@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -211,6 +212,22 @@ def test_same_monitor_in_sub_section_is_accepted() -> None:
 def test_bad_values_name_the_yaml_path(raw: dict, expected: str) -> None:
     with pytest.raises(ConfigError, match=expected):
         parse_config(raw)
+
+
+@pytest.mark.parametrize("norm", ["batch", "instance"])
+def test_too_small_an_image_size_advises_the_smallest_that_trains(norm: str) -> None:
+    def parse(size: int) -> ExperimentConfig:
+        model = {"number_of_layers": 5, "stride": 2, "norm": norm}
+        return parse_config({"MODEL_CONFIG": model, "DATA_CONFIG": {"image_size": size}})
+
+    with pytest.raises(ConfigError, match="too small") as error:
+        parse(8)
+    advice = re.search(r"use image_size >= (\d+)", str(error.value))
+    assert advice, error.value
+    advised = int(advice.group(1))
+    assert parse(advised).data.image_size == advised
+    with pytest.raises(ConfigError, match="too small"):
+        parse(advised - 1)
 
 
 @pytest.mark.parametrize("spelling", ["TRAIN_CONFIG", "trainconfig", "train_config"])

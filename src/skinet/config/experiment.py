@@ -110,7 +110,6 @@ class ExperimentConfig(BaseModel):
         model, size = self.model, self.data.image_size
         multiple = model.size_multiple
         if size < model.smallest_side:
-            least = multiple if size < multiple else multiple + 1
             bottleneck = (
                 "1x1, which norm 'instance' cannot normalise"
                 if size == multiple
@@ -120,7 +119,7 @@ class ExperimentConfig(BaseModel):
                 f"DATA_CONFIG.image_size {size} is too small for MODEL_CONFIG.number_of_layers "
                 f"{model.number_of_layers} with stride {model.stride}: the bottleneck would be "
                 f"{bottleneck} (image_size / stride**(number_of_layers - 1)); use image_size >= "
-                f"{least} or fewer number_of_layers"
+                f"{model.smallest_side} or fewer number_of_layers"
             )
         if model.deep_supervision and size % multiple:
             raise ValueError(
