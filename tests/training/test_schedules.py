@@ -1,4 +1,5 @@
-"""``scheduler_type: cosine_budget``: a cosine over ``TRAIN_CONFIG.max_time``, not over epochs."""
+"""``scheduler_type: cosine_budget``: a cosine over ``TRAIN_CONFIG.max_time``, or over
+``max_epochs`` when they end the run first."""
 
 from __future__ import annotations
 
@@ -72,3 +73,24 @@ def test_the_budget_schedule_reaches_its_minimum_when_max_time_ends(
     # pass in between: the last step then sees a share a hair under 1, not exactly 1.
     saved = last["optimizer_states"][0]["param_groups"][0]["lr"]
     assert eta_min <= saved <= eta_min + 1e-4 * (lr - eta_min)
+
+
+def test_a_run_that_max_epochs_ends_first_anneals_to_the_minimum_by_its_last_step(
+    tiny_raw: dict[str, Any],
+) -> None:
+    lr, eta_min = 1e-3, 1e-5
+    tiny_raw["TRAIN_CONFIG"].update(
+        lr=lr,
+        max_epochs=2,
+        max_time={"minutes": 30},  # far more than two epochs of the tiny model take
+        use_early_stopping=False,
+        scheduler_type="cosine_budget",
+        cosine_annealing_config={"eta_min": eta_min},
+    )
+    result = run_training(parse_config(tiny_raw), visualize=False)
+    assert (result.stopped_by, result.epochs_trained) == ("max_epochs", 2)
+    last = torch.load(
+        result.run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False
+    )
+    saved = last["optimizer_states"][0]["param_groups"][0]["lr"]
+    assert saved == pytest.approx(eta_min)

@@ -86,7 +86,8 @@ class CosineAnnealingConfig(Section):
     T_max: int | None = Field(None, gt=0)
     """Period in epochs (``cosine_annealing``); ``None`` becomes ``max_epochs``."""
     eta_min: float = Field(1e-6, ge=0.0)
-    """Minimum LR at the end of each cycle (``cosine_budget``: when ``max_time`` ends)."""
+    """Minimum LR at the end of each cycle (``cosine_budget``: when the run ends, by ``max_time``
+    or by ``max_epochs`` if they end it first)."""
 
 
 class EMAConfig(Section):
@@ -204,7 +205,8 @@ class TrainConfig(Section):
     """Enable the LR scheduler."""
     scheduler_type: SchedulerType = "reduce_on_plateau"
     """LR scheduler; ``cosine_budget`` anneals from ``lr`` to ``cosine_annealing_config.eta_min``
-    over the wall-clock ``max_time`` (stepped every batch by the time trained so far)."""
+    over the wall-clock ``max_time`` (stepped every batch by the time trained so far), or over
+    ``max_epochs`` when they end the run first."""
     lr_scheduler_config: LRSchedulerConfig = Field(default_factory=LRSchedulerConfig)
     """``ReduceLROnPlateau`` settings."""
     cosine_annealing_config: CosineAnnealingConfig = Field(default_factory=CosineAnnealingConfig)
@@ -279,7 +281,7 @@ class TrainConfig(Section):
 
     @property
     def budget_schedule(self) -> bool:
-        """The learning rate follows the time budget (``cosine_budget``), stepped every batch."""
+        """The learning rate follows the run's budget (``cosine_budget``), stepped every batch."""
         return self.use_lr_scheduler and self.scheduler_type == "cosine_budget"
 
     @model_validator(mode="after")

@@ -27,7 +27,7 @@ from skinet.models.unet2d import UNet2D
 from skinet.training.callbacks.resizing import ProgressiveResizing, find_resizing, scale_batch
 from skinet.training.data.device_split import DeviceResidentSplit, find_device_split
 from skinet.training.optim import build_lr_scheduler, build_optimizer
-from skinet.training.schedules import budget_progress
+from skinet.training.schedules import run_progress
 
 
 def _tensor_debug_summary(tensor: Tensor) -> str:
@@ -295,7 +295,7 @@ class LightningModel(L.LightningModule):
     def configure_optimizers(self) -> Any:
         optimizer = build_optimizer(self.parameters(), self.cfg.train)
         train = self.cfg.train
-        progress = budget_progress(self.trainer) if train.budget_schedule else None
+        progress = run_progress(self.trainer) if train.budget_schedule else None
         scheduler = build_lr_scheduler(optimizer, train, progress)
         if scheduler is None:
             return optimizer

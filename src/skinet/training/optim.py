@@ -33,20 +33,20 @@ def build_optimizer(
 def build_lr_scheduler(
     optimizer: torch.optim.Optimizer,
     train_cfg: TrainConfig,
-    budget_progress: Callable[[], float] | None = None,
+    progress: Callable[[], float] | None = None,
 ) -> dict[str, Any] | None:
     """The Lightning ``lr_scheduler`` dict for the configured scheduler, or ``None``.
 
-    ``budget_progress`` (the share of ``max_time`` trained, see
-    :func:`skinet.training.schedules.budget_progress`) drives ``cosine_budget``.
+    ``progress`` (the share of the run done, see
+    :func:`skinet.training.schedules.run_progress`) drives ``cosine_budget``.
     """
     if not train_cfg.use_lr_scheduler:
         return None
     cosine = train_cfg.cosine_annealing_config
     if train_cfg.scheduler_type == "cosine_budget":
-        if budget_progress is None:
-            raise ValueError("scheduler_type: cosine_budget needs the trainer's time budget")
-        budget = BudgetCosineLR(optimizer, budget_progress, eta_min=cosine.eta_min)
+        if progress is None:
+            raise ValueError("scheduler_type: cosine_budget needs the run's progress")
+        budget = BudgetCosineLR(optimizer, progress, eta_min=cosine.eta_min)
         return {"scheduler": budget, "interval": "step"}
     if train_cfg.scheduler_type == "reduce_on_plateau":
         plateau = train_cfg.lr_scheduler_config

@@ -1,10 +1,12 @@
-"""A learning-rate schedule that knows its time budget: a cosine over ``TRAIN_CONFIG.max_time``.
+"""A learning-rate schedule that knows its budget: a cosine over the run, however it ends.
 
 An epoch-based cosine needs to know how many epochs a run will train; under a wall-clock budget
-that depends on the machine. :class:`BudgetCosineLR` anneals by the share of the budget spent
-instead, read from Lightning's ``Timer`` (the callback that enforces ``max_time``), so the
-learning rate reaches its minimum when the budget ends, on any machine. The Timer keeps the time
-already trained across a resume, and so does the schedule.
+that depends on the machine. :class:`BudgetCosineLR` anneals by the share of the run done
+instead (:func:`run_progress`): of ``TRAIN_CONFIG.max_time``, read from Lightning's ``Timer``
+(the callback that enforces it), or of ``max_epochs`` when that share is further along. The
+learning rate reaches its minimum when the run ends, on any machine, whichever limit ends it.
+The Timer keeps the time already trained across a resume, and the trainer its epoch, so the
+schedule does too. Progressive resizing reads the same share (:func:`run_share`).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ class BudgetCosineLR(LRScheduler):
 
     Args:
         optimizer: The optimizer whose groups it sets.
-        progress: The share of the budget spent, in [0, 1] (values outside are clipped).
-        eta_min: The learning rate at the end of the budget.
+        progress: The share of the run done (:func:`run_progress`), in [0, 1] (values outside
+            are clipped).
+        eta_min: The learning rate at the end of the run.
     """
 
     def __init__(
@@ -59,21 +62,31 @@ def budget_spent(trainer: L.Trainer) -> bool:
     return timer is not None and (timer.time_remaining() or 0.0) <= 0
 
 
-def budget_progress(trainer: L.Trainer) -> Callable[[], float]:
-    """The share of ``max_time`` trained so far, from the trainer's ``Timer``.
-
-    Raises:
-        ValueError: The trainer has no time budget (``max_time`` unset).
-    """
+def run_share(trainer: L.Trainer, epochs: float) -> float:
+    """The share of the run done after ``epochs`` epochs (fractions count): of ``max_epochs``,
+    or of ``max_time`` (from the trainer's ``Timer``) when it is set and further along. It
+    reaches 1 when the first of them ends the run."""
+    done = epochs / trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else 0.0
     timer = budget_timer(trainer)
-    if timer is None:
-        raise ValueError(
-            "scheduler_type: cosine_budget needs a time budget: set TRAIN_CONFIG.max_time"
-        )
-
-    def progress() -> float:
+    if timer is not None:
         elapsed, remaining = timer.time_elapsed(), timer.time_remaining() or 0.0
         total = elapsed + remaining
-        return elapsed / total if total > 0 else 1.0
+        done = max(done, elapsed / total if total > 0 else 1.0)
+    return done
+
+
+def run_progress(trainer: L.Trainer) -> Callable[[], float]:
+    """:func:`run_share` while the run trains, read after each optimizer step: the epochs
+    trained so far count the current one's share of batches done.
+
+    Counted in epochs, not steps, so that a resume on more devices (fewer steps per epoch)
+    keeps its place.
+    """
+
+    def progress() -> float:
+        total = trainer.num_training_batches  # infinite until the loaders are set up
+        batches = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        within = batches / total if 0 < total < math.inf else 0.0
+        return run_share(trainer, trainer.current_epoch + within)
 
     return progress

@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from skinet.keys import MetricsKey
-from skinet.training.schedules import budget_progress, budget_timer
+from skinet.training.schedules import run_share
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +62,7 @@ class ProgressiveResizing(Callback):
     def progress(trainer: L.Trainer) -> float:
         """The share of the run done when an epoch starts: of ``max_epochs``, or of
         ``max_time`` when it is set and further along (whichever ends the run first)."""
-        done = trainer.current_epoch / max(trainer.max_epochs or 1, 1)
-        if budget_timer(trainer) is not None:
-            done = max(done, budget_progress(trainer)())
-        return done
+        return run_share(trainer, trainer.current_epoch)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         epoch = trainer.current_epoch
