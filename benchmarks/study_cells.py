@@ -146,9 +146,10 @@ def run_cell(
     for pair in args.set or []:
         train += ["--set", pair]
     row["command"] = shlex.join(train)
-    started = time.perf_counter()
+    started, counters = time.perf_counter(), cpu_times()
     code = run_logged(train, folder / "train.log", env)
     row["wall_seconds"] = round(time.perf_counter() - started, 1)
+    row["cpu_steal"] = steal_share(counters, cpu_times())
     runs = sorted(folder.glob("*/metrics.json"), key=lambda p: p.stat().st_mtime)
     if code != 0 or not runs:
         row["error"] = f"skinet train exited {code}; see {folder / 'train.log'}"
@@ -171,6 +172,31 @@ def run_cell(
         row["error"] = "training wrote no best checkpoint (TRAIN_CONFIG.use_checkpoint?)"
         return row
     return score_cell(args, folder, row)
+
+
+def cpu_times() -> list[int] | None:
+    """The machine's CPU time counters, the first line of ``/proc/stat`` (Linux); ``None``
+    where there is none."""
+    try:
+        with open("/proc/stat") as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    return [int(value) for value in fields[1:]]
+
+
+def steal_share(before: list[int] | None, after: list[int] | None) -> float | None:
+    """The share of the CPU time between two :func:`cpu_times` that a virtual machine's host
+    gave to other guests (``steal``): the arms of a study compare fairly only when it is alike,
+    since a budgeted run's epochs follow the CPU it gets."""
+    if before is None or after is None:
+        return None
+    # user, nice, system, idle, iowait, irq, softirq, steal; guest time is inside user and nice
+    spent = [later - earlier for earlier, later in zip(before[:8], after[:8], strict=True)]
+    total = sum(spent)
+    return round(spent[7] / total, 3) if total > 0 else None
 
 
 def _train_images(run_dir: Path) -> int | None:

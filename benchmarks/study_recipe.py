@@ -198,6 +198,7 @@ def _report_cell(key: str, row: dict[str, Any]) -> bool:
         f"{row['clean_val_jaccard']:.4f}), shift report "
         f"{figure(row['shifted_mean_jaccard'])}, {row['epochs']} epochs at "
         f"{figure(row.get('images_per_second'), 1)} images/s"
+        + ("" if row.get("cpu_steal") is None else f", {row['cpu_steal']:.0%} of the CPU stolen")
     )
     return False
 

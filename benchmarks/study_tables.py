@@ -41,7 +41,8 @@ def save_results(output: Path, cells: dict[str, dict[str, Any]]) -> None:
     columns = ["budget", "candidate", "seed", "status", "real_mean_jaccard", "clean_val_jaccard"]
     columns += ["external_jaccard", "val_area_ratio", "external_area_ratio"]
     columns += ["shifted_mean_jaccard", "mean_drop", "worst_condition", "epochs", "fit_seconds"]
-    columns += ["images_per_second", "wall_seconds", "monitor_value", "threshold", "checkpoint"]
+    columns += ["images_per_second", "cpu_steal", "wall_seconds", "monitor_value"]
+    columns += ["threshold", "checkpoint"]
     columns += ["error", "command"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
@@ -89,6 +90,7 @@ def summarise(cells: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 "shifted": _mean(runs, "shifted_mean_jaccard"),
                 "epochs": statistics.fmean(r["epochs"] or 0 for r in runs),
                 "images_per_second": _mean(runs, "images_per_second"),
+                "steal": _mean(runs, "cpu_steal"),
                 "per_seed": [
                     (r["clean_val_jaccard"], r["epochs"], r.get("images_per_second")) for r in runs
                 ],
@@ -121,6 +123,10 @@ def _signed(value: float | None) -> str:
     return "" if value is None else f"{value:+.4f}"
 
 
+def _percent(share: float | None) -> str:
+    return "" if share is None else f"{share:.0%}"
+
+
 def figure(value: float | None, digits: int = 4) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
@@ -133,8 +139,8 @@ def markdown_table(cells: dict[str, dict[str, Any]]) -> str:
         "| budget | candidate | seeds | mean of set means | val Jaccard | "
         + "".join(f"{name} | " for name in names)
         + "Δ mean of sets | val area ratio | shift report (diagnostic) | Δ shifted | epochs | "
-        "images/s | per seed (val / epochs / images/s) |",
-        "|---|---|---|---|---|" + "---|" * len(names) + "---|---|---|---|---|---|---|",
+        "images/s | CPU stolen | per seed (val / epochs / images/s) |",
+        "|---|---|---|---|---|" + "---|" * len(names) + "---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         per_seed = "; ".join(
@@ -150,7 +156,7 @@ def markdown_table(cells: dict[str, dict[str, Any]]) -> str:
             f"{row['clean']:.4f} | {externals}{_signed(row['d_real'])} | "
             f"{figure(row['area_ratio'], 2)} | {figure(row['shifted'])} | "
             f"{_signed(row['d_shifted'])} | {row['epochs']:.1f} | "
-            f"{figure(row['images_per_second'], 1)} | {per_seed} |"
+            f"{figure(row['images_per_second'], 1)} | {_percent(row['steal'])} | {per_seed} |"
         )
     note = (
         "\nMeans over seeds. Mean of set means: the mean per-image Jaccard (at the original "
@@ -162,7 +168,10 @@ def markdown_table(cells: dict[str, dict[str, Any]]) -> str:
         "`baseline` at the same budget. The shift report is synthetic and only a "
         "diagnostic. Area ratio: median predicted / true lesion area. Images/s: training "
         "images x epochs / fit time (validation included); per seed beside the epochs, since "
-        "a budgeted run's epochs follow the machine's speed.\n"
+        "a budgeted run's epochs follow the machine's speed. CPU stolen: the share of the "
+        "machine's CPU time a virtual machine's host gave to other guests while the cells "
+        "trained (Linux /proc/stat); arms that trained under unlike shares did not get the "
+        "same machine.\n"
     )
     return "\n".join(lines) + "\n" + note
 

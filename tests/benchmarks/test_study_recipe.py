@@ -56,6 +56,8 @@ def test_study_runs_cells_and_a_restart_skips_finished_ones(
     assert row["external_jaccard"] == {"clinic": reference}
     assert row["real_mean_jaccard"] == pytest.approx((row["clean_val_jaccard"] + reference) / 2)
     assert ("TRAIN_CONFIG.max_time" in row["command"]) == (budget != "none")
+    if Path("/proc/stat").is_file():  # Linux: the host's share of the CPU while it trained
+        assert row["cpu_steal"] is not None and 0.0 <= row["cpu_steal"] <= 1.0
     checkpoint_mtime = Path(row["checkpoint"]).stat().st_mtime_ns
 
     capsys.readouterr()
@@ -71,7 +73,7 @@ def test_study_runs_cells_and_a_restart_skips_finished_ones(
     table = (out / "results.md").read_text()
     real, clean = row["real_mean_jaccard"], row["clean_val_jaccard"]
     assert f"| {tag} | baseline | 3 | {real:.4f} | {clean:.4f} | {reference:.4f} |" in table
-    assert "| clinic |" in table.splitlines()[0]
+    assert "| clinic |" in table.splitlines()[0] and "| CPU stolen |" in table.splitlines()[0]
     delta = high["real_mean_jaccard"] - row["real_mean_jaccard"]
     assert f"| {tag} | lr_high |" in table and f"{delta:+.4f}" in table
     # Ranked by the real-image mean, best first.
@@ -89,6 +91,18 @@ def test_study_runs_cells_and_a_restart_skips_finished_ones(
     assert Path(row["checkpoint"]).stat().st_mtime_ns == checkpoint_mtime
     rescored = json.loads((out / "results.json").read_text())["cells"][f"{tag}/baseline/seed3"]
     assert rescored["external_jaccard"] == row["external_jaccard"]
+
+
+def test_the_steal_share_is_the_hosts_part_of_the_cpu_time_between_two_readings() -> None:
+    cells = load_benchmark("study_cells")
+    # user, nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice
+    before = [100, 0, 20, 500, 5, 0, 1, 30, 7, 0]
+    after = [120, 0, 30, 530, 5, 0, 1, 50, 9, 0]  # 80 ticks passed, 20 of them stolen
+    assert cells.steal_share(before, after) == 0.25
+    assert cells.steal_share(before, before) is None  # no time passed
+    assert cells.steal_share(None, after) is None  # no /proc/stat
+    now = cells.cpu_times()
+    assert now is None or (len(now) >= 8 and all(value >= 0 for value in now))
 
 
 def test_candidates_combine_options_and_reject_unknown_ones(tmp_path: Path) -> None:
