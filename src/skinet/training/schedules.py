@@ -85,7 +85,8 @@ def run_progress(trainer: L.Trainer) -> Callable[[], float]:
 
     def progress() -> float:
         total = trainer.num_training_batches  # infinite until the loaders are set up
-        batches = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        # read after a step: the batches begun this epoch are the batches done
+        batches = trainer.fit_loop.epoch_loop.batch_progress.current.ready
         within = batches / total if 0 < total < math.inf else 0.0
         return run_share(trainer, trainer.current_epoch + within)
 
