@@ -11,6 +11,7 @@ import torch
 
 from skinet.config.errors import ConfigError
 from skinet.config.experiment import parse_config
+from skinet.training.records import RunResult
 from skinet.training.run import run_training
 from skinet.training.schedules import BudgetCosineLR
 
@@ -35,6 +36,30 @@ def test_cosine_budget_without_max_time_is_a_config_error() -> None:
     parse_config({"TRAIN_CONFIG": {"scheduler_type": "cosine_budget", "use_lr_scheduler": False}})
 
 
+LR, ETA_MIN = 1e-3, 1e-5
+
+
+def _budget_run(raw: dict[str, Any], max_epochs: int, max_time: dict[str, int]) -> RunResult:
+    """A ``cosine_budget`` run of the tiny model from ``LR`` to ``ETA_MIN``."""
+    raw["TRAIN_CONFIG"].update(
+        lr=LR,
+        max_epochs=max_epochs,
+        max_time=max_time,
+        use_early_stopping=False,
+        scheduler_type="cosine_budget",
+        cosine_annealing_config={"eta_min": ETA_MIN},
+    )
+    return run_training(parse_config(raw), visualize=False)
+
+
+def _last_lr(result: RunResult) -> float:
+    """The learning rate the schedule set last: the optimizer's in ``last.ckpt``."""
+    last = torch.load(
+        result.run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False
+    )
+    return float(last["optimizer_states"][0]["param_groups"][0]["lr"])
+
+
 def test_the_budget_schedule_reaches_its_minimum_when_max_time_ends(
     tiny_raw: dict[str, Any],
 ) -> None:
@@ -42,55 +67,29 @@ def test_the_budget_schedule_reaches_its_minimum_when_max_time_ends(
 
     from skinet.tracking.mlflow_utils import resolve_tracking_uri
 
-    lr, eta_min = 1e-3, 1e-5
-    tiny_raw["TRAIN_CONFIG"].update(
-        lr=lr,
-        max_epochs=10_000,
-        max_time={"seconds": 6},
-        use_early_stopping=False,
-        scheduler_type="cosine_budget",
-        cosine_annealing_config={"eta_min": eta_min},
-    )
-    cfg = parse_config(tiny_raw)
-    result = run_training(cfg, visualize=False)
+    result = _budget_run(tiny_raw, max_epochs=10_000, max_time={"seconds": 6})
     assert result.epochs_trained < 10_000  # the budget, not the epochs, ended it
 
-    history = MlflowClient(resolve_tracking_uri(cfg)).get_metric_history(
+    history = MlflowClient(resolve_tracking_uri(parse_config(tiny_raw))).get_metric_history(
         result.mlflow_run_id, "lr-AdamW"
     )
     logged = [m.value for m in sorted(history, key=lambda m: m.step)]
     assert len(logged) > 3  # logged every step (log_every_n_steps: 1), not per epoch
-    assert logged[0] == pytest.approx(lr, rel=0.05)
+    assert logged[0] == pytest.approx(LR, rel=0.05)
     assert all(later <= earlier for earlier, later in zip(logged, logged[1:], strict=False))
     # Past the middle of the cosine by the last logged step: how near the end that step began
     # depends on how long a step takes on a busy machine, so the end is checked on the rate the
     # schedule set last (below), not on the last logged one.
-    assert logged[-1] < eta_min + 0.5 * (lr - eta_min)
-    last = torch.load(
-        result.run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False
-    )
+    assert logged[-1] < ETA_MIN + 0.5 * (LR - ETA_MIN)
     # Lightning steps the schedule just before its Timer checks the clock, so the deadline can
     # pass in between: the last step then sees a share a hair under 1, not exactly 1.
-    saved = last["optimizer_states"][0]["param_groups"][0]["lr"]
-    assert eta_min <= saved <= eta_min + 1e-4 * (lr - eta_min)
+    assert ETA_MIN <= _last_lr(result) <= ETA_MIN + 1e-4 * (LR - ETA_MIN)
 
 
 def test_a_run_that_max_epochs_ends_first_anneals_to_the_minimum_by_its_last_step(
     tiny_raw: dict[str, Any],
 ) -> None:
-    lr, eta_min = 1e-3, 1e-5
-    tiny_raw["TRAIN_CONFIG"].update(
-        lr=lr,
-        max_epochs=2,
-        max_time={"minutes": 30},  # far more than two epochs of the tiny model take
-        use_early_stopping=False,
-        scheduler_type="cosine_budget",
-        cosine_annealing_config={"eta_min": eta_min},
-    )
-    result = run_training(parse_config(tiny_raw), visualize=False)
+    # 30 minutes: far more than two epochs of the tiny model take
+    result = _budget_run(tiny_raw, max_epochs=2, max_time={"minutes": 30})
     assert (result.stopped_by, result.epochs_trained) == ("max_epochs", 2)
-    last = torch.load(
-        result.run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False
-    )
-    saved = last["optimizer_states"][0]["param_groups"][0]["lr"]
-    assert saved == pytest.approx(eta_min)
+    assert _last_lr(result) == pytest.approx(ETA_MIN)
