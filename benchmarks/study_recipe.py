@@ -68,6 +68,7 @@ from study_tables import (  # noqa: E402
     figure,
     load_results,
     markdown_table,
+    percent,
     save_results,
 )
 
@@ -193,12 +194,13 @@ def _report_cell(key: str, row: dict[str, Any]) -> bool:
     if row["status"] != "done":
         print(f"[fail] {key}: {row['error']}")
         return True
+    steal = row.get("cpu_steal")
     print(
         f"[done] {key}: mean of set means {row['real_mean_jaccard']:.4f} (val "
         f"{row['clean_val_jaccard']:.4f}), shift report "
         f"{figure(row['shifted_mean_jaccard'])}, {row['epochs']} epochs at "
         f"{figure(row.get('images_per_second'), 1)} images/s"
-        + ("" if row.get("cpu_steal") is None else f", {row['cpu_steal']:.0%} of the CPU stolen")
+        + ("" if steal is None else f", {percent(steal)} of the CPU stolen")
     )
     return False
 

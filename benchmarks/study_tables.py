@@ -123,7 +123,8 @@ def _signed(value: float | None) -> str:
     return "" if value is None else f"{value:+.4f}"
 
 
-def _percent(share: float | None) -> str:
+def percent(share: float | None) -> str:
+    """A share as a whole percentage; empty when unknown."""
     return "" if share is None else f"{share:.0%}"
 
 
@@ -156,7 +157,7 @@ def markdown_table(cells: dict[str, dict[str, Any]]) -> str:
             f"{row['clean']:.4f} | {externals}{_signed(row['d_real'])} | "
             f"{figure(row['area_ratio'], 2)} | {figure(row['shifted'])} | "
             f"{_signed(row['d_shifted'])} | {row['epochs']:.1f} | "
-            f"{figure(row['images_per_second'], 1)} | {_percent(row['steal'])} | {per_seed} |"
+            f"{figure(row['images_per_second'], 1)} | {percent(row['steal'])} | {per_seed} |"
         )
     note = (
         "\nMeans over seeds. Mean of set means: the mean per-image Jaccard (at the original "
